@@ -78,9 +78,9 @@ def replay(trace: list[Step], limit: int, policy: str, root: Path) -> tuple[floa
     """(recompute seconds lost, misses, evictions) of `trace` under gc `--max-size limit --policy`."""
     from cachetool.cache.layout import Kind
     from cachetool.cache.model import CacheFile, CacheReport, Entry
+    from cachetool.history.ledger_stats import recompute_costs
     from cachetool.history.records.parts import Compute
     from cachetool.history.records.steps import TransformRecord
-    from cachetool.history.stats import recompute_costs
     from cachetool.maintenance.gc import GcOptions
     from cachetool.maintenance.gc.plan import Rules, build_plan
     from cachetool.maintenance.liveness import InUse

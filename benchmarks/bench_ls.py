@@ -35,7 +35,7 @@ from pathlib import Path
 def derived(root: Path, env: Mapping[str, str] | None = None) -> Path:
     """Where listings of `root` keep what makes the next one faster (the read index): the user's
     cache folder for that root, never the root."""
-    from cachetool.cache.dirs import derived_dir
+    from cachetool.cache.locations import derived_dir
 
     return derived_dir(root, env) or root / "no-such-folder"
 

@@ -12,7 +12,7 @@ Owns the public names (`_LAZY`: each lives in one module, imported when first us
 may import: `errors` (exceptions, exit codes), `formatting`, `safejson`, `processes`,
 `annotations`, `hints`; they import no other part of cachetool but each other. Layers, top down
 (import-linter checks them, deferred imports included): `cli` -> `determinism` | `report` |
-`demo` -> `maintenance` -> `trace` -> `history` -> `cache` -> `fingerprint` -> base modules.
+`demo_cache` -> `maintenance` -> `trace` -> `history` -> `cache` -> `fingerprint` -> base modules.
 """
 
 from __future__ import annotations
@@ -33,17 +33,17 @@ _LAZY = {
     "list_cache": "cachetool.cli.ls",
     "scan_cache": "cachetool.cache.scan",
     "find_entry": "cachetool.cache.lookup",
-    "show_entry": "cachetool.history.lineage",
-    "resolve_dirs": "cachetool.cache.dirs",
-    "resolve_cache_root": "cachetool.cache.dirs",
-    "build_demo": "cachetool.demo",
+    "show_entry": "cachetool.history.lineage_view",
+    "resolve_dirs": "cachetool.cache.locations",
+    "resolve_cache_root": "cachetool.cache.locations",
+    "build_demo": "cachetool.demo_cache",
     # run, lineage
     "run_script": "cachetool.trace.runner",
     "tracing": "cachetool.trace.install",
     "install_tracing": "cachetool.trace.install",
     "prepare_once": "cachetool.trace.install",
-    "lineage": "cachetool.history.lineage",
-    "load_graph": "cachetool.history.lineage",
+    "lineage": "cachetool.history.lineage_view",
+    "load_graph": "cachetool.history.lineage_view",
     # verify
     "verify_cache": "cachetool.maintenance.verify",
     "VerifyOptions": "cachetool.maintenance.verify",
@@ -60,8 +60,8 @@ _LAZY = {
     "explain": "cachetool.history.explain.explainer",
     "explain_fingerprint": "cachetool.history.explain.explainer",
     "explain_run": "cachetool.history.explain.explainer",
-    "ledger_stats": "cachetool.history.stats",
-    "zero_stats": "cachetool.history.stats",
+    "ledger_stats": "cachetool.history.ledger_stats",
+    "zero_stats": "cachetool.history.ledger_stats",
     # check-determinism
     "check_determinism": "cachetool.determinism.check",
     "checkpoint": "cachetool.determinism.checkpoint",

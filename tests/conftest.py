@@ -37,7 +37,7 @@ def short_tmp_dir(base: Path) -> Path:
 #: The suite runs with HOME pointed here (and no XDG_* folders): nothing may be written into it.
 TEST_HOME = Path(tempfile.mkdtemp(prefix="cachetool-test-home-"))
 #: The user's cache folder of the tests (outside the home folder, which must stay empty): what
-#: read commands keep to be faster next time (`cachetool.cache.dirs.derived_dir`) goes there.
+#: read commands keep to be faster next time (`cachetool.cache.locations.derived_dir`) goes there.
 TEST_XDG_CACHE = Path(tempfile.mkdtemp(prefix="cachetool-test-xdg-cache-"))
 _XDG = ("XDG_CACHE_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME")
 
@@ -584,7 +584,7 @@ def _golden_csv(made: Path) -> None:
     the same time find the file complete: it appears by one rename, with its mtime set)."""
     from filelock import FileLock
 
-    from cachetool.demo import DEMO_MTIME
+    from cachetool.demo_cache import DEMO_MTIME
 
     GOLDEN_CSV.parent.mkdir(exist_ok=True)
     data = made.read_bytes()
@@ -607,7 +607,7 @@ def golden() -> dict[str, Any]:
     `num_proc=2` map, a `save_to_disk`) run under `cachetool run` on GOLDEN_CSV, built once per
     session. Its fingerprints and sizes are the same in every session; only times and the temp
     folder differ. Tests read it; a test that changes it puts it back as it was."""
-    from cachetool.demo import write_demo_files
+    from cachetool.demo_cache import write_demo_files
 
     # A folder whose path has the same length in every session, so that where a command shortens
     # a path to fit (`show`), it keeps the same names.

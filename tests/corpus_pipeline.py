@@ -21,7 +21,7 @@ from typing import TypeVar
 
 import pytest
 
-from cachetool.determinism.report import Cause, DeterminismReport, Event, cause_lines, human_lines
+from cachetool.determinism.verdict import Cause, DeterminismReport, Event, cause_lines, human_lines
 from tests.conftest import once_per_session
 
 CORPUS = Path(__file__).parent / "corpus"

@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from cachetool.cli.app import app
 from cachetool.determinism.analysis import analyze
 from cachetool.determinism.check import check_determinism
-from cachetool.determinism.report import (
+from cachetool.determinism.verdict import (
     DeterminismReport,
     cause_lines,
     github_lines,
@@ -245,7 +245,7 @@ def test_load_events_skips_a_torn_line_and_orders_by_seq(tmp_path: Path) -> None
 
 
 def _report(runs: list[list[dict[str, Any]]]) -> DeterminismReport:
-    from cachetool.determinism.report import RunOutcome, as_events
+    from cachetool.determinism.verdict import RunOutcome, as_events
 
     outcomes = tuple(
         RunOutcome(

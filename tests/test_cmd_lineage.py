@@ -188,7 +188,7 @@ def test_help_has_examples() -> None:
 
 @pytest.mark.slow
 def test_lineage_shows_a_step_gc_removed_as_deleted(tmp_path: Path) -> None:
-    from cachetool.demo import write_demo_files
+    from cachetool.demo_cache import write_demo_files
 
     env = hf_env(tmp_path)
     script = write_demo_files(tmp_path / "demo")
@@ -220,7 +220,7 @@ def test_lineage_after_the_cache_folder_was_moved_finds_the_files_at_the_new_pla
     current location)."""
     import shutil
 
-    from cachetool.demo import write_demo_files
+    from cachetool.demo_cache import write_demo_files
 
     env = hf_env(tmp_path)
     script = write_demo_files(tmp_path / "demo")

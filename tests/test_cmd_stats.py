@@ -17,7 +17,7 @@ except ImportError:
     from explain_pipeline import ExplainRuns, shared_explain_runs  # type: ignore[no-redef]
 
 from cachetool.cli.app import app
-from cachetool.history.stats import Counts, RandomReason, ledger_stats, zero_stats, zeroed_at
+from cachetool.history.ledger_stats import Counts, RandomReason, ledger_stats, zero_stats, zeroed_at
 from cachetool.history.writer import LedgerWriter
 
 T0 = 1_700_000_000.0

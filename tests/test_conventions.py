@@ -258,8 +258,7 @@ def test_ls_counts_a_narrow_kind_column_at_its_minimum_width(capsys: pytest.Capt
     import time
 
     from cachetool.cache.layout import Kind
-    from cachetool.cache.model import CacheFile
-    from cachetool.cache.scan import CacheReport, Entry
+    from cachetool.cache.model import CacheFile, CacheReport, Entry
     from cachetool.cli.ls import _entry_table
     from cachetool.cli.output import Output, OutputFormat
 

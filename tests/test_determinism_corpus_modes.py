@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from cachetool.determinism.report import DeterminismReport, cause_lines, human_lines
+from cachetool.determinism.verdict import DeterminismReport, cause_lines, human_lines
 from tests.corpus_pipeline import causes_of, shared_reports
 
 pytestmark = pytest.mark.slow

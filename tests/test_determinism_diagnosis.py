@@ -21,7 +21,7 @@ import xxhash
 
 from cachetool.determinism.analysis import analyze
 from cachetool.determinism.check import check_determinism
-from cachetool.determinism.report import DeterminismReport, human_lines
+from cachetool.determinism.verdict import DeterminismReport, human_lines
 from cachetool.errors import ExitCode
 from cachetool.history.records.parts import ArgInfo
 from tests.conftest import cachetool_run, copy_cache, hf_env
@@ -563,7 +563,7 @@ def test_script_arguments_pass_through_without_a_double_dash(
 @pytest.mark.slow
 def test_progress_is_reported_per_run(argv_script: Path, tmp_path: Path) -> None:
     """Each run reports while it goes and once at its end, with the steps it recorded so far."""
-    from cachetool.determinism.report import RunProgress
+    from cachetool.determinism.verdict import RunProgress
 
     seen: list[RunProgress] = []
     report = check_determinism(argv_script, ["a"], env=hf_env(tmp_path), progress=seen.append, timeout=120)

@@ -19,7 +19,7 @@ import pytest
 
 from cachetool.determinism.analysis import analyze
 from cachetool.determinism.check import check_determinism
-from cachetool.determinism.report import DeterminismReport, human_lines
+from cachetool.determinism.verdict import DeterminismReport, human_lines
 from cachetool.errors import ExitCode
 from tests.conftest import hf_env
 from tests.corpus_pipeline import controls_report, once, write_pipeline
@@ -302,7 +302,7 @@ def test_a_value_set_on_first_use_is_named_as_present_in_some_runs_only() -> Non
 def test_two_dicts_that_differ_give_every_leaf_capped_with_a_count() -> None:
     """Two dicts of a function differ in 5 keys each: all 10 differing leaves are counted, the first
     few named, each with its own kind and hint."""
-    from cachetool.determinism.report import Cause, Step, cause_lines
+    from cachetool.determinism.verdict import Cause, Step, cause_lines
     from cachetool.fingerprint.diff import diff_trees
 
     def fn(offset: int) -> dict[str, Any]:

@@ -271,7 +271,7 @@ def test_a_source_configured_differently_is_said_so_without_the_data_file_hint()
     """A source whose folder name differs because an argument does (`features=`) reads as that
     argument and its culprit; the hint for a data file rewritten before each run is left out (it
     was the only hint before)."""
-    from cachetool.determinism.report import Cause, SourceDiff, Step, cause_lines
+    from cachetool.determinism.verdict import Cause, SourceDiff, Step, cause_lines
     from cachetool.fingerprint.diff import diff_trees
 
     names = [["pos", "neg", "mixed"], ["neg", "mixed", "pos"]]

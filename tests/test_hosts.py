@@ -211,7 +211,7 @@ def test_a_killed_writers_leftovers_stay_until_its_lease_expires(base: Path) -> 
     and verify says a live lease may be writing it. On this host the lease is checked against
     /proc: its process is gone, so gc here would remove the file at once. Once the lease expired,
     gc on node-7 removes the tmp file and the lease, and logs both."""
-    from cachetool.maintenance.liveness import read_lease
+    from cachetool.cache.lease import read_lease
 
     proc = _writer(base, leased=True, CACHETOOL_LEASE_SECONDS=str(LEASE_SECONDS))
     try:

@@ -21,8 +21,8 @@ import pytest
 from cachetool.cache.roots import ledger_dir
 from cachetool.history.compact import KILL_AT_ENV, compact_ledger, ledger_bytes
 from cachetool.history.ledger import Ledger, read_ledger
-from cachetool.history.lineage import lineage
-from cachetool.history.stats import ledger_stats
+from cachetool.history.ledger_stats import ledger_stats
+from cachetool.history.lineage_view import lineage
 from cachetool.history.writer import LedgerWriter
 from tests.conftest import invoke
 

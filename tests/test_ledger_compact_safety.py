@@ -15,7 +15,7 @@ import pytest
 
 from cachetool.cache.roots import ledger_dir
 from cachetool.history.compact import compact_ledger
-from cachetool.history.stats import ledger_stats
+from cachetool.history.ledger_stats import ledger_stats
 from tests.conftest import invoke
 from tests.test_ledger_compact import DEAD_PID, _segments, _totals, _write_runs
 

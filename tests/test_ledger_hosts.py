@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from cachetool.history.graph import where_sentence
+from cachetool.history.ledger_stats import concurrent_computations
 from cachetool.history.records.steps import StepRecord
-from cachetool.history.stats import concurrent_computations
 
 
 def step(run: str, start: float, duration: float, cache: str = "miss", fp: str = "7f3a1b2c9d0e1f20") -> Any:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from cachetool.cache.pins import add_pin
-from cachetool.cache.query import read_listing
+from cachetool.cache.selection import read_listing
 from cachetool.cli.ls import live_in, recorded_usage, render_human
 from cachetool.cli.output import Output, OutputFormat
 from cachetool.maintenance.liveness import InUse

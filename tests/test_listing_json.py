@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from cachetool.cache.pins import add_pin
-from cachetool.cache.query import read_listing
+from cachetool.cache.selection import read_listing
 from cachetool.cli.ls import live_in, ls_document_text, recorded_usage
 from cachetool.maintenance.liveness import InUse
 from tests.attack.races import synthesize_cache

@@ -138,7 +138,7 @@ def test_second_scan_uses_the_read_index_and_gives_the_same_report(real_cache: d
     first = scan_cache(real_cache["cache"])
     second = scan_cache(real_cache["cache"])
     assert first == second
-    from cachetool.cache.dirs import derived_dir
+    from cachetool.cache.locations import derived_dir
 
     kept = derived_dir(real_cache["cache"])
     assert kept is not None and (kept / "read-index.z").is_file()

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cachetool.cache.fstype import file_system, is_shared_type, mount_of
-from cachetool.maintenance.liveness import Lease, lease_state
+from cachetool.cache.lease import Lease, lease_state
 from cachetool.processes import process_start, this_host
 from tests.conftest import hf_env
 

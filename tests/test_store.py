@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cachetool.cache.dirs import derived_dir
 from cachetool.cache.layout import LEDGER_DIR
+from cachetool.cache.locations import derived_dir
 from tests.attack.races import synthesize_cache
 from tests.conftest import invoke
 

@@ -21,7 +21,7 @@ except ImportError:
 
 from cachetool.history.graph import StepGraph
 from cachetool.history.ledger import read_ledger
-from cachetool.history.lineage import load_graph
+from cachetool.history.lineage_view import load_graph
 from cachetool.history.records.steps import StepRecord
 
 pytestmark = pytest.mark.slow

@@ -103,7 +103,7 @@ def test_a_repeated_deep_verify_answers_from_the_stored_verdicts_without_importi
     assert "datasets cannot load it" in first and first.rstrip().endswith("True")
     second = run()
     assert second == first.replace("True", "False")
-    from cachetool.cache.dirs import derived_dir
+    from cachetool.cache.locations import derived_dir
 
     kept = derived_dir(root, env).parent.parent / VERDICTS_NAME  # type: ignore[union-attr]
     assert not (root / ".cachetool" / kept.name).exists()  # verify --deep writes nothing in the root

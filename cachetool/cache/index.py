@@ -1,7 +1,7 @@
 """The read index: what a scan read of each Arrow file, so a repeat scan only `stat`s the files
 that did not change.
 
-`read-index.z` in the user's cache folder (`cachetool.cache.dirs.derived_dir`) is a CRC and a
+`read-index.z` in the user's cache folder (`cachetool.cache.locations.derived_dir`) is a CRC and a
 `marshal` of each folder's rows (relative to the root; a file's name, size, change time, inode and
 `ArrowSummary` fields), zlib-compressed folder by folder, and of the fingerprints of prepared
 splits and saved datasets (so a warm listing does not hash). A row is used only while the file has
@@ -36,7 +36,7 @@ class ReadIndex:
     """The rows of the files a scan of `root` read before, and those it reads now."""
 
     def __init__(self, root: Path, enabled: bool = True) -> None:
-        from cachetool.cache.dirs import derived_dir
+        from cachetool.cache.locations import derived_dir
 
         folder = derived_dir(root)
         self.enabled = enabled and folder is not None

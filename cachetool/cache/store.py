@@ -32,7 +32,7 @@ STATE_FILES = (
     "once/*.json",  # cachetool.trace.leases: a step's lease (`cachetool run --once`)
     "pins.json",  # cachetool.cache.pins
     "pins.json.lock",
-    "stats.json",  # cachetool.history.stats
+    "stats.json",  # cachetool.history.ledger_stats
     "checksums.json",  # cachetool.maintenance.verify.deep
     "checksums.json.lock",
     "quarantine/log.jsonl",  # cachetool.maintenance.verify.quarantine

@@ -11,7 +11,7 @@ from cachetool.cli.output import Output, OutputFormat, warn
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from cachetool.determinism.report import RunProgress
+    from cachetool.determinism.verdict import RunProgress
 
 
 @command(
@@ -64,7 +64,7 @@ def check_determinism_command(
     import sys
 
     from cachetool.determinism.check import CheckOptions, check_determinism
-    from cachetool.determinism.report import github_lines, human_lines
+    from cachetool.determinism.verdict import github_lines, human_lines
 
     # `script_args` is `args` of check_determinism, named for the help and the reference
     options = CheckOptions(args=script_args or [], hash_seeds=_parse_seeds(hash_seeds), **keywords)

@@ -48,7 +48,7 @@ def demo_command(folder: Path | None) -> None:
 def _show_demo(target: Path) -> None:
     from cachetool.cache.scan import scan_cache
     from cachetool.cli.ls import live_in, recorded_usage, render_human, report_warnings
-    from cachetool.demo import build_demo
+    from cachetool.demo_cache import build_demo
 
     out = Output(OutputFormat.human)
     out.line(f"Building a demo cache in {target} with the real datasets library…")
@@ -58,7 +58,7 @@ def _show_demo(target: Path) -> None:
     report_warnings(report)
     if demo.final_fingerprint:
         from cachetool.cli.lineage import render as render_lineage
-        from cachetool.history.lineage import lineage_view
+        from cachetool.history.lineage_view import lineage_view
 
         out.line()
         render_lineage(out, lineage_view(report, demo.final_fingerprint))

@@ -38,8 +38,8 @@ def dirs_command(cache_dir: Path | None, out: Output) -> None:
 
     Exit codes: 0 shown (missing folders are shown as missing); 2 usage.
     """
-    from cachetool.cache.dirs import resolve_dirs
     from cachetool.cache.fstype import file_system
+    from cachetool.cache.locations import resolve_dirs
 
     locations = resolve_dirs(cache_dir)
     systems = {loc.path: file_system(loc.path) if loc.exists else None for loc in locations}

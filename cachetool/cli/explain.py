@@ -61,7 +61,7 @@ def run_explain(cache_dir: Path | None, out: Output, **keywords: Any) -> int:
     Exit codes: 0 explained; 1 a stale cache hit was found; 2 usage (no fingerprint and no
     --last/--script, unknown or ambiguous fingerprint, nothing recorded, missing cache).
     """
-    from cachetool.cache.dirs import root_for
+    from cachetool.cache.locations import root_for
     from cachetool.cache.roots import latest_root_elsewhere
     from cachetool.cache.walk import gc_paused
     from cachetool.history.explain.explainer import ExplainOptions, explain

@@ -94,7 +94,7 @@ def gc_command(break_lease: str | None, cache_dir: Path | None, out: Output, **k
 
         return remote_gc({**keywords, "fingerprints": fingerprints}, cache_dir, out)
     if break_lease is not None:
-        from cachetool.cache.dirs import existing_root
+        from cachetool.cache.locations import existing_root
         from cachetool.maintenance.liveness import break_lease as remove_lease
 
         lease = remove_lease(existing_root(cache_dir), break_lease)

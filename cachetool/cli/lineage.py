@@ -12,7 +12,7 @@ from cachetool.cli.output import Output, OutputFormat, hint, warn
 
 if TYPE_CHECKING:
     from cachetool.history.graph import Step
-    from cachetool.history.lineage import LineageView
+    from cachetool.history.lineage_view import LineageView
 
 NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
 
@@ -53,9 +53,9 @@ def run_lineage(fingerprint: str, cache_dir: Path | None, out: Output, **options
     Exit codes: 0 shown (even when no parent is recorded); 2 unknown or ambiguous fingerprint,
     or missing cache.
     """
-    from cachetool.cache.dirs import root_for
+    from cachetool.cache.locations import root_for
     from cachetool.cache.walk import gc_paused
-    from cachetool.history.lineage import lineage
+    from cachetool.history.lineage_view import lineage
 
     with gc_paused(freeze=True):  # a long ledger's records make many objects and no cycles
         view = lineage(root_for(fingerprint, cache_dir), fingerprint, **options)

@@ -19,7 +19,7 @@ from cachetool.errors import CacheNotFound, CachetoolError
 
 if TYPE_CHECKING:
     from cachetool.cache.model import CacheReport, Entry, RecordedUse
-    from cachetool.cache.query import Listing
+    from cachetool.cache.selection import Listing
     from cachetool.cache.shard import Shard
     from cachetool.history.ledger import Ledger
     from cachetool.maintenance.liveness import InUse
@@ -40,7 +40,7 @@ def recorded_usage(root: Path, ledger: Ledger | bool = True) -> Mapping[str, Rec
     if ledger is False:
         return {}
     if ledger is True:
-        from cachetool.cache.dirs import enclosing_root
+        from cachetool.cache.locations import enclosing_root
         from cachetool.cache.scan import may_have_ledger
 
         ledger_root = enclosing_root(root)
@@ -160,8 +160,8 @@ def ls_command(
         if filter or sort or cache_dir is not None:
             raise CachetoolError("a remote is listed whole: --filter, --sort and --cache-dir are for a cache")
         return remote_ls(os.fspath(path), out, limit)
-    from cachetool.cache.dirs import existing_root
-    from cachetool.cache.query import check_query
+    from cachetool.cache.locations import existing_root
+    from cachetool.cache.selection import check_query
     from cachetool.cache.shard import parse_shard
     from cachetool.cache.walk import gc_paused
 
@@ -224,7 +224,7 @@ def list_cache(
     match: `["size>100MB", "used>30d"]`), `sort` a `--sort` expression (`"size:desc"`), `limit` the
     most entries kept; bad ones raise `BadExpression` before the folder is read. `shard` (`(i, n)`
     or `"i/n"`, `--shard`) lists shard i of n alone (`cachetool.cache.shard` says which entries)."""
-    from cachetool.cache.query import check_query, read_listing
+    from cachetool.cache.selection import check_query, read_listing
 
     check_query(filter, sort, limit)
     root = Path(path).expanduser()
@@ -247,7 +247,7 @@ def hint_not_a_cache(root: Path, entries: Sequence[Entry]) -> None:
 
     if not entries or any(e.kind != Kind.OTHER for e in entries):
         return
-    from cachetool.cache.dirs import resolve_cache_root
+    from cachetool.cache.locations import resolve_cache_root
     from cachetool.hints import shell_command
 
     default = resolve_cache_root().path

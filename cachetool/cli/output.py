@@ -62,7 +62,7 @@ def report_exception(e: BaseException, command: str | None = None) -> int | None
     if isinstance(e, KeyboardInterrupt):
         error("interrupted")
         return int(ExitCode.INTERRUPTED)
-    from cachetool.cache.dirs import os_reason
+    from cachetool.cache.locations import os_reason
 
     where = f"{os.fsdecode(e.filename)}: " if e.filename else ""
     error(f"{where}{os_reason(e)}")

@@ -68,7 +68,7 @@ def unpin_command(fingerprint: str, cache_dir: Path | None, out: Output) -> None
 
 def _change(pin: bool, fingerprint: str, cache_dir: Path | None, out: Output) -> None:
     """Pin or unpin, and say what changed."""
-    from cachetool.cache.dirs import root_for
+    from cachetool.cache.locations import root_for
     from cachetool.maintenance import pinning
     from cachetool.safejson import json_value
 
@@ -84,7 +84,7 @@ def _change(pin: bool, fingerprint: str, cache_dir: Path | None, out: Output) ->
 
 
 def _list_pins(cache_dir: Path | None, out: Output) -> None:
-    from cachetool.cache.dirs import existing_root
+    from cachetool.cache.locations import existing_root
     from cachetool.formatting import human_size, iso_time
     from cachetool.maintenance.pinning import list_pins
 

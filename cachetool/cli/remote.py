@@ -210,7 +210,7 @@ def _saved_command(action: str, url: str, folder: Path, yes: bool, out: Output) 
 def remote_ls(url: str, out: Output, limit: int | None) -> None:
     """`cachetool ls s3://...`: one row per fingerprint on the remote (`list_remote`)."""
     from cachetool.remote.client import remote_url
-    from cachetool.remote.fleet import list_remote
+    from cachetool.remote.upkeep import list_remote
 
     entries = list_remote(remote_url(url))
     shown = entries[:limit] if limit is not None else entries
@@ -233,7 +233,7 @@ def remote_ls(url: str, out: Output, limit: int | None) -> None:
 def remote_verify(url: str, fingerprints: list[str], deep: bool, out: Output) -> int:
     """`cachetool verify s3://... [FP...] [--deep]`: `verify_remote`, its findings, its exit code."""
     from cachetool.remote.client import remote_url
-    from cachetool.remote.fleet import verify_remote
+    from cachetool.remote.upkeep import verify_remote
 
     report = verify_remote(remote_url(url), fingerprints=fingerprints, deep=deep)
     if not out.emit(
@@ -257,7 +257,7 @@ def _hint_remotes_below(url: str) -> None:
     """Name the remotes under `url`, which holds no result itself (`ls s3://bucket` of a remote
     at `s3://bucket/prefix`)."""
     from cachetool.remote.client import remote_url
-    from cachetool.remote.fleet import remotes_below
+    from cachetool.remote.upkeep import remotes_below
 
     below = remotes_below(remote_url(url))
     if below:
@@ -281,7 +281,7 @@ def remote_gc(options: dict[str, Any], cache_dir: Path | None, out: Output) -> i
     from cachetool.cli.common import confirm
     from cachetool.errors import CachetoolError
     from cachetool.maintenance.gc import GcOptions
-    from cachetool.remote.fleet import execute_remote_gc, plan_remote_gc
+    from cachetool.remote.upkeep import execute_remote_gc, plan_remote_gc
 
     url, *rest = options["fingerprints"]
     local = [k for k, v in options.items() if v and k not in _REMOTE_GC and (k, v) != ("policy", "lru")]

@@ -41,7 +41,7 @@ def report_command(output: Path, no_verify: bool, cache_dir: Path | None, out: O
 
     Exit codes: 0 written; 2 usage (missing cache, output not writable).
     """
-    from cachetool.cache.dirs import existing_root
+    from cachetool.cache.locations import existing_root
     from cachetool.formatting import human_size, safe_text
     from cachetool.report.html import write_report
 

@@ -13,9 +13,8 @@ from cachetool.formatting import local_time, time_ago
 from cachetool.hints import shell_command
 
 if TYPE_CHECKING:
-    from cachetool.cache.model import CacheFile
-    from cachetool.cache.scan import Entry
-    from cachetool.history.lineage import EntryReport
+    from cachetool.cache.model import CacheFile, Entry
+    from cachetool.history.lineage_view import EntryReport
     from cachetool.history.records.parts import CallSite
     from cachetool.history.records.steps import StepRecord
 
@@ -44,9 +43,9 @@ def run_show(fingerprint: str, cache_dir: Path | None, out: Output) -> None:
 
     Exit codes: 0 shown; 2 unknown or ambiguous fingerprint (candidates listed), or missing cache.
     """
-    from cachetool.cache.dirs import root_for
+    from cachetool.cache.locations import root_for
     from cachetool.cli.ls import report_warnings, scan_with_progress
-    from cachetool.history.lineage import show_entry
+    from cachetool.history.lineage_view import show_entry
 
     shown = show_entry(
         root_for(fingerprint, cache_dir),
@@ -157,7 +156,7 @@ def _file_row(out: Output, e: Entry, f: CacheFile, name: str, narrow: bool) -> t
     s = f.summary
     if s is None:
         return (name, f.size_str, "", "") if narrow else (name, f.size_str, "", "", "", "")
-    from cachetool.history.lineage import fingerprint_check
+    from cachetool.history.lineage_view import fingerprint_check
 
     check = fingerprint_check(e, f)
     if check == "none":

@@ -14,7 +14,7 @@ from cachetool.formatting import human_size, local_time, short_duration
 
 if TYPE_CHECKING:
     from cachetool.history.compact import CompactionReport
-    from cachetool.history.stats import Group, StatsReport
+    from cachetool.history.ledger_stats import Group, StatsReport
 
 
 @command(
@@ -65,8 +65,8 @@ def stats_command(zero: bool, top: int, cache_dir: Path | None, out: Output, **o
     """
     if options["dry_run"] and not options["compact"]:
         raise typer.BadParameter("goes with --compact", param_hint="--dry-run")
-    from cachetool.cache.dirs import existing_root
-    from cachetool.history.stats import ledger_stats, zero_stats
+    from cachetool.cache.locations import existing_root
+    from cachetool.history.ledger_stats import ledger_stats, zero_stats
 
     root = Path(os.path.abspath(existing_root(cache_dir)))
     if zero:

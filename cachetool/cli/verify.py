@@ -87,7 +87,7 @@ def verify_command(cache_dir: Path | None, out: Output, yes: bool, **options: An
         url, *fps = options["fingerprints"]
         return remote_verify(url, fps, options["deep"], out)
     with _deep_run() if options["deep"] and not options["list_quarantine"] else nullcontext():
-        from cachetool.cache.dirs import existing_root
+        from cachetool.cache.locations import existing_root
         from cachetool.maintenance.verify import VerifyOptions, run_verify
 
         opts = VerifyOptions(**options)

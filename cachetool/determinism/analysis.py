@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from cachetool.determinism.report import (
+from cachetool.determinism.verdict import (
     Analysis,
     Cause,
     CauseKind,

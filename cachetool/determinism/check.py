@@ -21,7 +21,7 @@ from cachetool.determinism.process import OUTPUT_CAP, Run, RunSettings
 from cachetool.errors import CachetoolError, ExitCode, option
 
 if TYPE_CHECKING:
-    from cachetool.determinism.report import Analysis, Cause, DeterminismReport, RunOutcome, RunProgress
+    from cachetool.determinism.verdict import Analysis, Cause, DeterminismReport, RunOutcome, RunProgress
 
 #: Unreadable lines of a run's events file, and steps recorded in some runs only, named one by one.
 _SHOWN = 5
@@ -72,7 +72,7 @@ class Leftovers:
     since), each through gc's own checks (not open, not mapped, not owned by a live process)."""
 
     def __init__(self, isolated: bool, env: Mapping[str, str]) -> None:
-        from cachetool.cache.dirs import resolve_cache_root, temp_dir
+        from cachetool.cache.locations import resolve_cache_root, temp_dir
 
         # Isolated runs' caches go with the check's temp folder.
         self.cache_root = None if isolated else resolve_cache_root(None, environ=env).path.expanduser()
@@ -125,7 +125,7 @@ class Leftovers:
 
 def _load_comparison() -> None:
     """Import the comparison (tens of milliseconds) while the runs go, not before they start."""
-    for module in ("cachetool.determinism.analysis", "cachetool.determinism.report"):
+    for module in ("cachetool.determinism.analysis", "cachetool.determinism.verdict"):
         importlib.import_module(module)
 
 
@@ -278,7 +278,7 @@ def check_determinism(
                 warnings.append(
                     f"stopped the run going beside the one that failed; removed what it left: {removed}"
                 )
-        from cachetool.determinism.report import DeterminismReport
+        from cachetool.determinism.verdict import DeterminismReport
 
         report = DeterminismReport(
             script=str(o.script), args=rs.args, isolated=o.isolated, runs=tuple(outcomes), analysis=None

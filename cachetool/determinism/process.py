@@ -25,7 +25,7 @@ from cachetool.processes import process_start
 from cachetool.trace.install import COLD_ENV, EVENTS_ENV, RUN_MARKER_ENV, SEED_ENV, TREES_ENV
 
 if TYPE_CHECKING:  # imported when a run ends: the runs start before the comparison's imports
-    from cachetool.determinism.report import RunOutcome, RunProgress
+    from cachetool.determinism.verdict import RunOutcome, RunProgress
 
 _STDERR_TAIL_LINES = 20
 #: Bytes of a run's stdout and stderr kept (the last ones): a script that prints gigabytes must not
@@ -319,7 +319,7 @@ class Run:
 
     def _report(self, finished: bool) -> None:
         """Where the run is (the lines of its events file), to `progress`."""
-        from cachetool.determinism.report import RunProgress
+        from cachetool.determinism.verdict import RunProgress
 
         if self.progress is None or self.went is None:
             return
@@ -362,7 +362,7 @@ class Run:
         duration = time.monotonic() - self.went
         out_tail.finish()
         err = err_tail.finish()
-        from cachetool.determinism.report import RunOutcome, load_events
+        from cachetool.determinism.verdict import RunOutcome, load_events
 
         read = load_events(self.events)
         if self.s.one_path:

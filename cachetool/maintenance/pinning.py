@@ -85,7 +85,7 @@ def list_pins(root: str | os.PathLike[str], *, entries: bool = True) -> tuple[Pi
     pins = read_pins(root_path)
     on_disk: dict[str, Entry] = {}
     if entries and pins:
-        from cachetool.cache.dirs import enclosing_root
+        from cachetool.cache.locations import enclosing_root
         from cachetool.cache.scan import scan_cache
         from cachetool.history.ledger import read_ledger
         from cachetool.maintenance.liveness import scan_in_use

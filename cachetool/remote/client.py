@@ -69,7 +69,7 @@ class Remote:
         such as 5GB), else the scheme's (`MAX_PUT`); None: no limit."""
         given = os.environ.get(MAX_PUT_ENV)
         if given:
-            from cachetool.cache.query import BYTE_UNITS, parse_quantity
+            from cachetool.cache.selection import BYTE_UNITS, parse_quantity
 
             return int(parse_quantity(given, BYTE_UNITS, MAX_PUT_ENV, given))
         return MAX_PUT.get(self.url.partition(":")[0])

@@ -221,7 +221,7 @@ def push(
     the remote (`remote`, else `CACHETOOL_REMOTE`), records signed with `key` (else
     `CACHETOOL_REMOTE_KEY`, when set). What is on the remote already is never replaced: pushing
     again sends nothing. RemoteRefused when an object of other bytes stands where a file would go."""
-    from cachetool.cache.dirs import root_for
+    from cachetool.cache.locations import root_for
     from cachetool.cache.lookup import find_entry
     from cachetool.cache.scan import scan_cache
 
@@ -255,7 +255,7 @@ def pull(
     it as a cache hit. With `key` (else `CACHETOOL_REMOTE_KEY`) only a record signed with it is
     used. RemoteError when the remote has no record of it; RemoteRefused (nothing placed) when a
     check fails: a checksum, the Arrow stream, the signature."""
-    from cachetool.cache.dirs import existing_root
+    from cachetool.cache.locations import existing_root
 
     target = open_remote(remote, key)
     root = existing_root(cache_dir)
@@ -558,7 +558,7 @@ class RemoteHook:
     def __init__(self, remote: Remote) -> None:
         self.remote = remote
         self._failed = False
-        self._leases: Any = None  # `cachetool.remote.once.RemoteLeases`, once `--once` needs one
+        self._leases: Any = None  # `cachetool.remote.step_leases.RemoteLeases`, once `--once` needs one
 
     def before_compute(self, path: str, kwargs: Mapping[str, Any], once: bool = False) -> None:
         """A step (called with `kwargs`) is about to look for its cache file `path`: when neither
@@ -582,7 +582,7 @@ class RemoteHook:
                 record = self._wait_turn(parsed[0])
             if record is None:
                 return
-            from cachetool.cache.dirs import enclosing_root
+            from cachetool.cache.locations import enclosing_root
 
             pulled = pull_record(self.remote, record, Path(folder), enclosing_root(folder))
             _say(f"{parsed[0]} from {self.remote.url} ({human_size(pulled.received)}, checked)")
@@ -618,7 +618,7 @@ class RemoteHook:
         """`--once`: the record of `fingerprint` once another process pushed it; None when this
         process took the step's lease on the remote (it computes and pushes)."""
         if self._leases is None:
-            from cachetool.remote.once import RemoteLeases
+            from cachetool.remote.step_leases import RemoteLeases
 
             self._leases = RemoteLeases(self.remote)
         found: list[Record] = []

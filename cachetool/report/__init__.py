@@ -2,5 +2,5 @@
 (`build_report`) and `html` (`write_report`: inline SVG, nothing fetched).
 
 A command layer: may import `maintenance`, `trace`, `history`, `cache`, `fingerprint` and the base
-modules; not `cli`, `determinism` or `demo`.
+modules; not `cli`, `determinism` or `demo_cache`.
 """

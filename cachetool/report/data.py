@@ -115,7 +115,7 @@ def build_report(
 
     from cachetool.cache.scan import scan_cache
     from cachetool.history.ledger import Ledger
-    from cachetool.history.lineage import load_graph
+    from cachetool.history.lineage_view import load_graph
     from cachetool.maintenance.liveness import scan_in_use
 
     now = time.time() if now is None else now

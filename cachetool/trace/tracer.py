@@ -35,7 +35,7 @@ from cachetool.trace.calls import (
 )
 from cachetool.trace.leases import hold_lease
 from cachetool.trace.patches import Patches
-from cachetool.trace.records import RecordBuilder, Roots, local_path
+from cachetool.trace.record_builder import RecordBuilder, Roots, local_path
 
 #: Public `Dataset` methods traced as transforms (besides every `fingerprint_transform`-decorated one).
 _TRANSFORMS = """map filter select sort shuffle train_test_split remove_columns rename_column rename_columns

@@ -71,7 +71,7 @@ def test_damaged_state_and_dataset_dict(tmp_path: Path) -> None:
 
 def _index(root: Path, env: dict[str, str]) -> Path:
     """Where the listings of `root` under `env` keep the read index (the user's cache folder)."""
-    from cachetool.cache.dirs import derived_dir
+    from cachetool.cache.locations import derived_dir
 
     folder = derived_dir(root, env)
     assert folder is not None

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from cachetool.cache.layout import LEDGER_DIR
+from cachetool.cache.lease import lease_seconds
 from cachetool.cache.roots import MAX_LEASE_SECONDS
-from cachetool.trace.leases import lease_seconds
 from tests import forks
 from tests.attack.races import synthesize_cache
 from tests.conftest import hf_env

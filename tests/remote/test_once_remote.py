@@ -1,4 +1,4 @@
-"""One preparation per cluster: a step's lease on the remote (`cachetool.remote.once`), against a
+"""One preparation per cluster: a step's lease on the remote (`cachetool.remote.step_leases`), against a
 real S3 server on 127.0.0.1 (moto; SeaweedFS in the slow lane), and two "hosts" (two processes,
 each with a cache of its own) running one pipeline together under `cachetool run --once --remote`.
 """
@@ -16,7 +16,7 @@ import pytest
 
 from cachetool.processes import this_host
 from cachetool.remote.client import Remote, open_remote
-from cachetool.remote.once import RemoteLeases
+from cachetool.remote.step_leases import RemoteLeases
 from tests.conftest import hf_env
 from tests.remote.conftest import Bucket
 from tests.test_once import EXPECTED_ROWS, ONE_COMPUTATION, _counts, _rows, _work

@@ -151,7 +151,7 @@ class GcOptions:
 
 
 def _parse(value: str, how: str, option: str) -> float:
-    from cachetool.cache.query import BYTE_UNITS, parse_duration, parse_quantity
+    from cachetool.cache.selection import BYTE_UNITS, parse_duration, parse_quantity
 
     return (
         parse_duration(value, option)
@@ -231,7 +231,7 @@ def gc_cache(
     when the plan removes nothing: they protect nothing any more. After a removal, a ledger
     larger than `cachetool.history.writer.AUTO_BYTES` is compacted (`compact_if_large`); the
     run's `compaction` says what that did (a dry run: what it would do)."""
-    from cachetool.cache.dirs import existing_root, resolve_cache_root
+    from cachetool.cache.locations import existing_root, resolve_cache_root
     from cachetool.maintenance.gc.execute import execute
     from cachetool.maintenance.gc.plan import GcResult, plan_gc, plan_temp_only
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
+from cachetool.cache.lease import Lease
 from cachetool.maintenance.fdops import (
     O_DIR,
     inventory,
@@ -39,7 +40,6 @@ from cachetool.maintenance.gc.plan import (
 )
 from cachetool.maintenance.liveness import (
     InUse,
-    Lease,
     LockBusy,
     acquire,
     live_leases,

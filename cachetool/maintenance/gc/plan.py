@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from cachetool.cache import layout
 from cachetool.cache.layout import DATA_KINDS, WRITTEN_BY_DATASETS, Kind, LockKind, TempKind
+from cachetool.cache.lease import Lease
 from cachetool.cache.model import CacheReport
 from cachetool.errors import CachetoolError, ExitCode
 from cachetool.formatting import compact_age, compact_duration, human_size, iso_time, short_duration
@@ -30,7 +31,6 @@ from cachetool.maintenance.fdops import O_DIR, inventory
 from cachetool.maintenance.gc import DEFAULT_MIN_AGE, NOTHING_SELECTED, GcOptions
 from cachetool.maintenance.liveness import (
     InUse,
-    Lease,
     LockState,
     SharedState,
     TempDirUser,
@@ -998,7 +998,7 @@ class Planner(Rules):
         """The units named on the command line (all without names), of `--dataset` if given."""
         scoped = units if explicit_keys is None else [u for u in units if u.key in explicit_keys]
         if self.options.datasets:
-            from cachetool.cache.query import compile_filter
+            from cachetool.cache.selection import compile_filter
 
             tests = [compile_filter(f"dataset={name}") for name in self.options.datasets]
             scoped = [u for u in scoped if any(t(e, self.now) for e in u.members for t in tests)]
@@ -1306,8 +1306,8 @@ def _pins_elsewhere(root: Path) -> tuple[str, Path] | None:
     """The cache root around `root` (`enclosing_root`) or below it (a folder or two down:
     `datasets/` of an HF home) that holds pins gc would not read when told to evict from `root`,
     with how the two are placed; None when there is none."""
-    from cachetool.cache.dirs import enclosing_root
     from cachetool.cache.layout import LEDGER_DIR
+    from cachetool.cache.locations import enclosing_root
     from cachetool.cache.pins import read_pins
 
     up = enclosing_root(root)
@@ -1322,7 +1322,7 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     ledger's parents, and build the plan. When `options` select nothing (no `temp`, nothing
     named, no limit) nothing is scanned: the plan is empty and its one warning says so. A root
     that is not an existing folder is a `CachetoolError` (exit 2), as for the command."""
-    from cachetool.cache.dirs import existing_root
+    from cachetool.cache.locations import existing_root
 
     root = existing_root(root)
     if not options.selects:
@@ -1371,7 +1371,7 @@ def plan_gc(root: str | os.PathLike[str], options: GcOptions) -> GcPlan:
     costs: dict[str, float] = {}
     if ledger is not None:  # only eviction asks what is pinned and what it descends from
         from cachetool.cache.pins import read_pins
-        from cachetool.history.stats import recompute_costs
+        from cachetool.history.ledger_stats import recompute_costs
 
         pins = read_pins(report.root)
         parents = recorded_parents(ledger) if pins or options.keep or options.fingerprints else {}
@@ -1436,7 +1436,7 @@ def _build_live(
 ) -> GcPlan:
     """`build_plan` with the temp dir's scan (with `--temp`) and this host's liveness, taken last:
     the snapshot should be younger than everything it judges."""
-    from cachetool.cache.dirs import temp_dir
+    from cachetool.cache.locations import temp_dir
 
     temp = scan_temp_dir(options.tmp_dir or temp_dir().path) if options.temp else None
     rules = Rules.take(options, leases, temp.path if temp and temp.folders else None)

@@ -14,7 +14,8 @@ from typing import Any
 
 from cachetool.cache.layout import MOVABLE_KINDS
 from cachetool.cache.lookup import find_entry
-from cachetool.cache.scan import CacheReport, scan_cache
+from cachetool.cache.model import CacheReport
+from cachetool.cache.scan import scan_cache
 from cachetool.cache.shard import Shard, parse_shard
 from cachetool.errors import CachetoolError, option
 from cachetool.history.ledger import Ledger

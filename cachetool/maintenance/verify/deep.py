@@ -20,8 +20,7 @@ from typing import Any
 
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
-from cachetool.cache.model import CacheFile
-from cachetool.cache.scan import CacheReport, Entry
+from cachetool.cache.model import CacheFile, CacheReport, Entry
 from cachetool.cache.store import lock_state, read_state_json, write_whole
 from cachetool.cache.walk import gc_paused
 from cachetool.formatting import local_time
@@ -260,11 +259,11 @@ def first_line(e: BaseException) -> str:
 class SchemaVerdicts:
     """`load_error` per schema, once each; with a `root`, remembered for the `datasets` and
     `pyarrow` installed now (a verdict stored by another install is not used) in the user's cache
-    folder, beside the folders of the roots (`cache.dirs.derived_dir`, never a root): a verdict
+    folder, beside the folders of the roots (`cache.locations.derived_dir`, never a root): a verdict
     holds for every cache."""
 
     def __init__(self, root: Path | None = None) -> None:
-        from cachetool.cache.dirs import derived_dir
+        from cachetool.cache.locations import derived_dir
 
         folder = derived_dir(root) if root is not None else None  # <user cache>/roots/<root>
         self.path = folder.parent.parent / VERDICTS_NAME if folder is not None else None

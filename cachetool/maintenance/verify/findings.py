@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from cachetool.cache.layout import Kind
-from cachetool.cache.model import EntryProblem
-from cachetool.cache.scan import CacheReport, Entry
+from cachetool.cache.model import CacheReport, Entry, EntryProblem
 from cachetool.cache.shard import Shard, fleet_fields
 from cachetool.errors import ExitCode
 from cachetool.hints import gc_command, shell_command

@@ -19,7 +19,8 @@ from typing import Any
 
 from cachetool.cache import layout
 from cachetool.cache.layout import Kind
-from cachetool.cache.scan import Entry, scan_cache
+from cachetool.cache.model import Entry
+from cachetool.cache.scan import scan_cache
 from cachetool.maintenance.fdops import O_DIR, identity, inventory, open_parent, parts_under, rename_noreplace
 from cachetool.maintenance.liveness import InUse, pids_text, scan_in_use
 from cachetool.maintenance.verify.findings import Finding, VerifyReport, owner

@@ -277,7 +277,7 @@ def check_query(filter: Sequence[str], sort: str | None, limit: int | None) -> N
 def _pinned(root: Path) -> tuple[frozenset[str], tuple[str, ...]]:
     """The pinned fingerprints of `root` (kept by the root that holds it: `enclosing_root`); a
     damaged pins file is a warning (listing goes on)."""
-    from cachetool.cache.dirs import enclosing_root
+    from cachetool.cache.locations import enclosing_root
     from cachetool.cache.pins import read_pins
 
     try:

@@ -329,7 +329,7 @@ class StatsReport:
     warnings: tuple[str, ...] = field(default=(), compare=False)
     #: steps per host (the ledger of a shared cache merges every node's segments)
     hosts: tuple[tuple[str, int], ...] = ()
-    #: fingerprints two or more runs computed at the same time (`cachetool.history.stats`)
+    #: fingerprints two or more runs computed at the same time (`cachetool.history.ledger_stats`)
     concurrent: tuple[ConcurrentComputation, ...] = ()
     #: what `--compact` did (or with `--dry-run` would do) before counting
     compaction: CompactionReport | None = None
@@ -468,7 +468,7 @@ def ledger_stats(
         raise CachetoolError("--dry-run goes with --compact")
     end = time.time() if now is None else now
     if isinstance(since, str):
-        from cachetool.cache.query import parse_duration
+        from cachetool.cache.selection import parse_duration
 
         # A period longer than the clock's past (`--since 9999999999y`) means every recorded run.
         since = max(0.0, end - parse_duration(since, "--since"))

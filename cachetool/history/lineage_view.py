@@ -251,7 +251,7 @@ def show_entry(
     and what each holds, and the records of the steps that made it. A fingerprint only the ledger
     records gives `entry=None` with those records. `progress` scans the cache in place of
     `scan_cache` (the command shows a progress bar). The Python side of `cachetool show`."""
-    from cachetool.cache.dirs import enclosing_root
+    from cachetool.cache.locations import enclosing_root
     from cachetool.cache.lookup import Resolved, entry_at_path, resolve
     from cachetool.cache.pins import read_pins
     from cachetool.cache.scan import scan_cache
