@@ -19,8 +19,7 @@ from cachetool.history.records.steps import StepRecord
 from cachetool.safejson import json_fields
 
 if TYPE_CHECKING:
-    from cachetool.cache.model import CacheFile
-    from cachetool.cache.scan import CacheReport, Entry
+    from cachetool.cache.model import CacheFile, CacheReport, Entry
     from cachetool.history.explain.answer import StaleHit
     from cachetool.history.records.steps import StepStartRecord
 
