@@ -1126,6 +1126,16 @@ def test_a_save_killed_over_an_earlier_save_says_its_state_json_is_the_earlier_o
     (found,) = [f for f in doc["findings"] if f["severity"] == "error"]
     assert "data-00000-of-00004.arrow, data-00001-of-00004.arrow written after state.json" in found["problem"]
     assert invoke("verify", "--cache-dir", str(folder), env=env).exit_code == 1
+    # ls and show tell the folder as verify does: a mixed save, not a complete saved dataset.
+    (listed,) = json.loads(invoke("ls", "--json", str(folder), env=env).stdout)["entries"]
+    assert listed["complete"] is False, listed
+    assert any(found["problem"] in p for p in listed["problems"]), listed
+    ls_human = invoke("ls", str(folder), env=env, columns=200)
+    assert "saved mixed" in ls_human.stdout, ls_human.stdout
+    assert "written after state.json" in ls_human.stderr, ls_human.stderr
+    shown = " ".join(invoke("show", str(folder), env=env, columns=200).stdout.split())
+    assert "complete NO" in shown, shown
+    assert "problem: data-00000-of-00004.arrow, data-00001-of-00004.arrow written after state.json" in shown
     copy = tmp_path / "copy"  # a copy that does not keep times is a fresh folder, not a mix
     shutil.copytree(folder, copy, copy_function=shutil.copyfile)
     os.utime(copy / "data-00003-of-00004.arrow", (time.time() + 5, time.time() + 5))

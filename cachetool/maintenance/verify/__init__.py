@@ -28,7 +28,6 @@ from cachetool.maintenance.verify.findings import (
     Severity,
     VerifyReport,
     check_indices,
-    check_saves,
 )
 from cachetool.maintenance.verify.quarantine import QuarantinePlan, plan_quarantine, restore
 
@@ -186,7 +185,6 @@ def _check(
     for e in entries:
         checker.entry(e)
     check_indices(checker, entries, {fp: u.parent for fp, u in usage.items()}, ledger)
-    check_saves(checker, entries, ledger)
     if not options.fingerprints:
         _ledger_findings(checker, ledger, shard)
     bytes_checked = recorded = 0

@@ -286,6 +286,8 @@ class Checker:
                 remove = gc_command(self.report.root, e.fingerprint or os.fsdecode(e.path))
                 hint = f"the next run of the map finishes it; if none will, remove it with `{remove}`"
                 self.add("partial-shards", e, e.path, f"{p}: {_REUSED}", hint)
+            elif p.code == "mixed-save":
+                self.add("mixed-save", e, e.path, p.detail, self.recompute(e))
             elif p.code not in ("unreadable", "fingerprint-mismatch"):
                 self.add("damaged", e, e.path, str(p), self.recompute(e))
         if e.kind == Kind.SOURCE:
@@ -433,51 +435,6 @@ def _scanned_identity(e: Entry, path: Path) -> tuple[int, int, int, int] | None:
     if not stat.S_ISREG(st.st_mode):
         return None
     return identity(st) if (st.st_size, st.st_mtime) == (f.size, f.mtime) else CHANGED
-
-
-# -- saved datasets --------------------------------------------------------------------------------
-
-#: Clock and file-system time granularity between a save's files and its record.
-_SAVE_SLACK = 1.0
-
-
-def check_saves(checker: Checker, entries: Sequence[Entry], ledger: Ledger) -> None:
-    """A saved dataset whose state.json is still the one a recorded save wrote while some of its
-    data files were written after it: a later `save_to_disk` into the folder did not finish
-    (datasets rewrites the data files in place and state.json last), so `load_from_disk` reads
-    the files of both saves as one dataset. A state.json written after the recorded save (a
-    copy that did not keep times, a save nobody traced) proves nothing either way: no finding."""
-    from cachetool.history.records.steps import SaveRecord
-
-    saved = [e for e in entries if e.kind == Kind.SAVED and e.fingerprint is not None and not e.problems]
-    if not saved:
-        return
-    saves: dict[str, list[SaveRecord]] = {}  # the ledger read once, whatever the number of splits
-    for r in ledger.own_steps(include_internal=True):
-        if isinstance(r, SaveRecord) and r.result is not None:
-            saves.setdefault(r.result, []).append(r)
-    for e in saved:
-        state = next((f for f in e.files if f.path.name == "state.json"), None)
-        if state is None:
-            continue
-        ends = [
-            r.time + r.duration
-            for r in saves.get(e.fingerprint or "", ())
-            if any(Path(f.path).parent == e.path for f in r.files)
-        ]
-        if not any(state.mtime <= end + _SAVE_SLACK for end in ends):
-            continue
-        after = state.mtime + _SAVE_SLACK
-        newer = [f.name for f in e.files if f.name.startswith("data-") and f.mtime > after]
-        if newer:
-            checker.add(
-                "mixed-save",
-                e,
-                e.path,
-                f"{', '.join(sorted(newer))} written after state.json: a later save_to_disk into this "
-                "folder did not finish, and load_from_disk reads the files of both saves as one dataset",
-                checker.recompute(e),
-            )
 
 
 # -- indices files ---------------------------------------------------------------------------------
