@@ -1106,9 +1106,10 @@ def test_a_save_killed_over_an_earlier_save_says_its_state_json_is_the_earlier_o
         "    close(self)\n"
         "    if 'data-00001-of' in str(self._path):\n"
         "        os.kill(os.getpid(), signal.SIGKILL)\n\n\n"
-        "if sys.argv[1:] == ['again']:\n"
+        "if sys.argv[1:2] == ['again']:\n"
         "    aw.ArrowWriter.close = close_then_die_after_shard_1\n"
-        "Dataset.from_dict({'x': [len(sys.argv)] * 100}).save_to_disk('my saved', num_shards=4)\n",
+        "Dataset.from_dict({'x': [len(sys.argv)] * 100}).save_to_disk("
+        "(sys.argv[2:] or ['my saved'])[0], num_shards=4)\n",
         encoding="utf-8",
     )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
@@ -1146,3 +1147,14 @@ def test_a_save_killed_over_an_earlier_save_says_its_state_json_is_the_earlier_o
     left = f"It left {folder} unfinished (an earlier save's state.json, over data files of both saves:"
     assert left in human, human
     assert human[human.index("rm -r ") :].startswith(f"rm -r '{folder}'"), human
+    # Killed in a fresh folder: the ledger names the save's writer, and it is gone, so verify says
+    # at once that the save was interrupted (it said "verify again later" for 5 minutes).
+    fresh = tmp_path / "fresh"
+    killed = cachetool_run("s.py", "again", "fresh", env=env, cwd=tmp_path, check=False, warm=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert not (fresh / "state.json").exists()
+    result = invoke("verify", "--json", "--cache-dir", str(fresh), env=env)
+    (found,) = json.loads(result.stdout)["findings"]
+    assert (found["severity"], result.exit_code) == ("error", 1), found
+    assert found["problem"].startswith("data-*.arrow without state.json: an interrupted save_to_disk"), found
+    assert found["hint"] == f"save it again, or remove the folder: `rm -r {fresh}`", found

@@ -10,7 +10,7 @@ import os
 import shlex
 import stat
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -22,6 +22,7 @@ from cachetool.cache.shard import Shard, fleet_fields
 from cachetool.errors import ExitCode
 from cachetool.hints import gc_command, shell_command
 from cachetool.history.ledger import Ledger
+from cachetool.history.records.steps import StepStartRecord
 from cachetool.maintenance.fdops import identity
 from cachetool.maintenance.liveness import InUse, LockState, lock_guard, pids_text, probe, scan_in_use
 from cachetool.safejson import json_fields
@@ -187,9 +188,17 @@ RECENT_SAVE_SECONDS = 300.0
 class Checker:
     """Collects the findings about the entries of one scan (`entry(e)` for each)."""
 
-    def __init__(self, report: CacheReport, liveness: Callable[..., InUse] = scan_in_use) -> None:
+    def __init__(
+        self,
+        report: CacheReport,
+        liveness: Callable[..., InUse] = scan_in_use,
+        killed_saves: Callable[[], Mapping[Path, StepStartRecord]] = dict,
+    ) -> None:
         self.report = report
         self.liveness = liveness  # called as `liveness(root=...)`, as `scan_cache` calls it
+        #: The folders recorded saves were writing when their process died (`killed_saves`),
+        #: read when a recent save without state.json asks.
+        self.killed_saves = functools.cache(killed_saves)
         self.now = time.time()
         self.findings: list[Finding] = []
 
@@ -385,7 +394,9 @@ class Checker:
             return
         what = f"its split {e.split} has no state.json" if e.split else "data-*.arrow without state.json"
         age = self.now - (e.modified or 0.0)
-        if age < RECENT_SAVE_SECONDS:
+        # A recorded writer proven dead (this host, its pid and start time) tells at once.
+        writer = self.killed_saves().get(e.path) if age < RECENT_SAVE_SECONDS else None
+        if age < RECENT_SAVE_SECONDS and writer is None:
             self.add(
                 "recent-save",
                 e,
@@ -398,7 +409,8 @@ class Checker:
             hint = f"save it again, or remove the folder: `{shlex.join(['rm', '-r', os.fsdecode(e.path)])}`"
         else:
             hint = "save it again; " + gc_command(self.report.root, os.fsdecode(e.path))
-        self.add("interrupted-save", e, e.path, f"{what}: an interrupted save_to_disk", hint)
+        killed = "" if writer is None else f" (its writer, pid {writer.pid}, was killed)"
+        self.add("interrupted-save", e, e.path, f"{what}: an interrupted save_to_disk{killed}", hint)
 
     def lock(self, e: Entry) -> None:
         """A lock is stale when what it guards is gone and nobody holds it (`maintenance.liveness`)."""
