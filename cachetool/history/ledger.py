@@ -445,8 +445,8 @@ class Ledger:
     def _save_ends(self) -> dict[str, tuple[tuple[str, float], ...]]:
         """Per fingerprint saved: the folder and end time of each recorded `save_to_disk`."""
         ends: dict[str, set[tuple[str, float]]] = {}
-        for r in self.own_steps(include_internal=True):
-            if isinstance(r, SaveRecord) and r.result is not None:
+        for r in self.records:  # one pass, no step lists: internal saves count too
+            if isinstance(r, SaveRecord) and r.result is not None and not self.is_foreign(r):
                 folders = {os.fspath(Path(f.path).parent) for f in r.files}
                 ends.setdefault(r.result, set()).update((d, r.time + r.duration) for d in folders)
         return {fp: tuple(sorted(e)) for fp, e in ends.items()}
