@@ -1040,6 +1040,10 @@ def test_a_datasetdict_save_killed_in_a_split_is_one_unfinished_dict_for_explain
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     assert (folder / "train" / "state.json").is_file() and not (folder / "test" / "state.json").exists()
+    # The ledger names the save's writer and it is gone: verify says so at once, not in 5 minutes.
+    found = json.loads(invoke("verify", "--json", "--cache-dir", str(data), env=env).stdout)["findings"]
+    assert [(f["path"], f["severity"]) for f in found] == [(str(folder), "error")], found
+    assert "its split test has no state.json: an interrupted save_to_disk" in found[0]["problem"], found
 
     human = " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())
     assert ") in save_to_disk @ s.py:16," in human, human

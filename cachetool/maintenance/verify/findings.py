@@ -394,8 +394,10 @@ class Checker:
             return
         what = f"its split {e.split} has no state.json" if e.split else "data-*.arrow without state.json"
         age = self.now - (e.modified or 0.0)
-        # A recorded writer proven dead (this host, its pid and start time) tells at once.
-        writer = self.killed_saves().get(e.path) if age < RECENT_SAVE_SECONDS else None
+        # A recorded writer proven dead (this host, its pid and start time) tells at once. A
+        # DatasetDict's save is recorded per split, into the split's folder.
+        folder = e.path / e.split if e.split else e.path
+        writer = self.killed_saves().get(folder) if age < RECENT_SAVE_SECONDS else None
         if age < RECENT_SAVE_SECONDS and writer is None:
             self.add(
                 "recent-save",
