@@ -270,7 +270,8 @@ class Entry:
     @property
     def complete(self) -> bool | None:
         """Every file read to its end-of-stream marker and, for shard sets, every shard present
-        (tf.data caches: the index and every data shard it names, as large as it says)."""
+        (tf.data caches: the index and every data shard it names, as large as it says); never a
+        saved dataset whose files are of two saves (`mixed_save`)."""
         if self.kind == Kind.TF_CACHE:
             return self.state == "complete"
         if self.mixed_save:
