@@ -55,6 +55,7 @@ class _Use:
     parent: str | None
     operation: str | None
     made_as: str | None = None
+    saves: tuple[tuple[str, float], ...] = ()
 
 
 def test_recorded_lineage_given_as_an_argument_is_attached_by_fingerprint(tmp_path: Path) -> None:

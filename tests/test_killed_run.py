@@ -1040,6 +1040,10 @@ def test_a_datasetdict_save_killed_in_a_split_is_one_unfinished_dict_for_explain
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     assert (folder / "train" / "state.json").is_file() and not (folder / "test" / "state.json").exists()
+    # The ledger names the save's writer and it is gone: verify says so at once, not in 5 minutes.
+    found = json.loads(invoke("verify", "--json", "--cache-dir", str(data), env=env).stdout)["findings"]
+    assert [(f["path"], f["severity"]) for f in found] == [(str(folder), "error")], found
+    assert "its split test has no state.json: an interrupted save_to_disk" in found[0]["problem"], found
 
     human = " ".join(invoke("explain", "--last", env=env, columns=200).stdout.split())
     assert ") in save_to_disk @ s.py:16," in human, human
@@ -1106,9 +1110,10 @@ def test_a_save_killed_over_an_earlier_save_says_its_state_json_is_the_earlier_o
         "    close(self)\n"
         "    if 'data-00001-of' in str(self._path):\n"
         "        os.kill(os.getpid(), signal.SIGKILL)\n\n\n"
-        "if sys.argv[1:] == ['again']:\n"
+        "if sys.argv[1:2] == ['again']:\n"
         "    aw.ArrowWriter.close = close_then_die_after_shard_1\n"
-        "Dataset.from_dict({'x': [len(sys.argv)] * 100}).save_to_disk('my saved', num_shards=4)\n",
+        "Dataset.from_dict({'x': [len(sys.argv)] * 100}).save_to_disk("
+        "(sys.argv[2:] or ['my saved'])[0], num_shards=4)\n",
         encoding="utf-8",
     )
     env = subprocess_env(tmp_path, HF_DATASETS_CACHE=str(tmp_path / "cache"))
@@ -1126,6 +1131,16 @@ def test_a_save_killed_over_an_earlier_save_says_its_state_json_is_the_earlier_o
     (found,) = [f for f in doc["findings"] if f["severity"] == "error"]
     assert "data-00000-of-00004.arrow, data-00001-of-00004.arrow written after state.json" in found["problem"]
     assert invoke("verify", "--cache-dir", str(folder), env=env).exit_code == 1
+    # ls and show tell the folder as verify does: a mixed save, not a complete saved dataset.
+    (listed,) = json.loads(invoke("ls", "--json", str(folder), env=env).stdout)["entries"]
+    assert listed["complete"] is False, listed
+    assert any(found["problem"] in p for p in listed["problems"]), listed
+    ls_human = invoke("ls", str(folder), env=env, columns=200)
+    assert "saved mixed" in ls_human.stdout, ls_human.stdout
+    assert "written after state.json" in ls_human.stderr, ls_human.stderr
+    shown = " ".join(invoke("show", str(folder), env=env, columns=200).stdout.split())
+    assert "complete NO" in shown, shown
+    assert "problem: data-00000-of-00004.arrow, data-00001-of-00004.arrow written after state.json" in shown
     copy = tmp_path / "copy"  # a copy that does not keep times is a fresh folder, not a mix
     shutil.copytree(folder, copy, copy_function=shutil.copyfile)
     os.utime(copy / "data-00003-of-00004.arrow", (time.time() + 5, time.time() + 5))
@@ -1136,3 +1151,14 @@ def test_a_save_killed_over_an_earlier_save_says_its_state_json_is_the_earlier_o
     left = f"It left {folder} unfinished (an earlier save's state.json, over data files of both saves:"
     assert left in human, human
     assert human[human.index("rm -r ") :].startswith(f"rm -r '{folder}'"), human
+    # Killed in a fresh folder: the ledger names the save's writer, and it is gone, so verify says
+    # at once that the save was interrupted (it said "verify again later" for 5 minutes).
+    fresh = tmp_path / "fresh"
+    killed = cachetool_run("s.py", "again", "fresh", env=env, cwd=tmp_path, check=False, warm=True)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert not (fresh / "state.json").exists()
+    result = invoke("verify", "--json", "--cache-dir", str(fresh), env=env)
+    (found,) = json.loads(result.stdout)["findings"]
+    assert (found["severity"], result.exit_code) == ("error", 1), found
+    assert found["problem"].startswith("data-*.arrow without state.json: an interrupted save_to_disk"), found
+    assert found["hint"] == f"save it again, or remove the folder: `rm -r {fresh}`", found

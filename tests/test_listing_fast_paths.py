@@ -217,6 +217,7 @@ def test_ls_json_text_with_recorded_lineage_is_what_json_dumps_writes(
         parent: str | None
         operation: str | None
         made_as: str | None = None
+        saves: tuple[tuple[str, float], ...] = ()
 
     root = tmp_path / "cache"
     files = synthesize_cache(root, 6)

@@ -174,9 +174,37 @@ def attach_usage(entries: list[Entry], usage: Mapping[str, RecordedUse]) -> list
             continue
         alias = info.made_as
         aliases = e.aliases if alias is None or alias in e.aliases else (*e.aliases, alias)
+        mixed = mixed_save(e, info.saves) if info.saves else None
         out.append(
             replace(
-                e, last_used=info.last_used, parent=info.parent, operation=info.operation, aliases=aliases
+                e,
+                last_used=info.last_used,
+                parent=info.parent,
+                operation=info.operation,
+                aliases=aliases,
+                problems=e.problems if mixed is None else (*e.problems, mixed),
             )
         )
     return out
+
+
+#: Clock and file-system time granularity between a save's files and its record.
+_SAVE_SLACK = 1.0
+
+
+def mixed_save(e: Entry, saves: Iterable[tuple[str, float]]) -> EntryProblem | None:
+    """A saved dataset whose state.json is still the one a recorded save (`saves`: its folder and
+    end time) wrote while some of its data files were written after it: a later `save_to_disk`
+    into the folder did not finish (datasets rewrites the data files in place and state.json
+    last), so `load_from_disk` reads the files of both saves as one dataset. A state.json written
+    after the recorded save (a copy that did not keep times, a save nobody traced) proves nothing
+    either way: None."""
+    if e.kind != Kind.SAVED or e.fingerprint is None or e.problems:
+        return None
+    state = next((f for f in e.files if f.path.name == layout.STATE_JSON), None)
+    folder = os.fspath(e.path)
+    if state is None or not any(state.mtime <= end + _SAVE_SLACK for path, end in saves if path == folder):
+        return None
+    after = state.mtime + _SAVE_SLACK
+    newer = sorted(f.name for f in e.files if f.name.startswith("data-") and f.mtime > after)
+    return EntryProblem(", ".join(newer), code="mixed-save") if newer else None

@@ -57,7 +57,8 @@ def fast_init(cls: type[T]) -> type[T]:
 
 class RecordedUse(Protocol):
     """What a scan attaches from recorded lineage to the entry of one fingerprint (the ledger's
-    `Usage` is one): its latest use, its parent and the operation that made it."""
+    `Usage` is one): its latest use, its parent and the operation that made it; `saves`, the
+    folder and end time of each recorded `save_to_disk` of it."""
 
     @property
     def last_used(self) -> float: ...
@@ -67,6 +68,8 @@ class RecordedUse(Protocol):
     def operation(self) -> str | None: ...
     @property
     def made_as(self) -> str | None: ...
+    @property
+    def saves(self) -> tuple[tuple[str, float], ...]: ...
 
 
 class Liveness(Protocol):
@@ -148,7 +151,14 @@ class DatasetDir:
 #: another fingerprint than its name says, a shard set or a source split misses shards, a split
 #: has other rows than dataset_info.json says; anything else the scan says is a "note".
 ProblemCode = Literal[
-    "note", "unreadable", "fingerprint-mismatch", "partial-shards", "missing-shards", "rows", "resumable"
+    "note",
+    "unreadable",
+    "fingerprint-mismatch",
+    "partial-shards",
+    "missing-shards",
+    "rows",
+    "resumable",
+    "mixed-save",
 ]
 
 #: The sentence of each code, filled from the problem's fields.
@@ -161,6 +171,8 @@ _WORDING: dict[str, str] = {
     "rows": "{got} rows, dataset_info.json says {want}",
     "resumable": "temporary file of {want} holding {got:,} rows in complete batches: a writer in "
     "progress, or a killed one whose rows a traced rerun of the step reuses (resumable partial)",
+    "mixed-save": "{text} written after state.json: a later save_to_disk into this folder did not finish, "
+    "and load_from_disk reads the files of both saves as one dataset",
 }
 
 
@@ -258,9 +270,12 @@ class Entry:
     @property
     def complete(self) -> bool | None:
         """Every file read to its end-of-stream marker and, for shard sets, every shard present
-        (tf.data caches: the index and every data shard it names, as large as it says)."""
+        (tf.data caches: the index and every data shard it names, as large as it says); never a
+        saved dataset whose files are of two saves (`mixed_save`)."""
         if self.kind == Kind.TF_CACHE:
             return self.state == "complete"
+        if self.mixed_save:
+            return False  # every file whole, but of two saves
         files = self.files
         if len(files) == 1:
             s = files[0].summary
@@ -277,6 +292,12 @@ class Entry:
     @property
     def files_of_data(self) -> tuple[CacheFile, ...]:
         return tuple(f for f in self.files if f.summary is not None)
+
+    @property
+    def mixed_save(self) -> bool:
+        """A saved dataset whose folder holds data files of a later save that did not finish
+        (`cachetool.cache.entries.mixed_save`)."""
+        return any(p.code == "mixed-save" for p in self.problems)
 
     @property
     def resumable_rows(self) -> int:
@@ -309,6 +330,8 @@ class Entry:
             return f"tf-cache {_TF_STATE_SHORT.get(self.state, self.state)}"
         if self.resumable_rows:
             return "temp resumable"
+        if self.mixed_save:
+            return "saved mixed"
         return self.kind._value_  # what .value gives, without the enum's descriptor
 
     def to_json(self) -> dict[str, Any]:

@@ -87,6 +87,9 @@ def scan_cache(
         entries = attribute_locks(scanner.entries, scanner.datasets)
         if usage:
             entries = attach_usage(entries, usage)
+            # What the ledger tells of an entry is a problem of the scan too (the listing's hint).
+            mixed = (e for e in entries if e.mixed_save)
+            scanner.warnings += [ScanWarning(e.path, str(p)) for e in mixed for p in e.problems]
         entries = _in_listing_order(entries)
         datasets = sorted(scanner.datasets, key=lambda d: str(d.path))
     return CacheReport(root_path, tuple(datasets), tuple(entries), tuple(scanner.warnings), time.time())

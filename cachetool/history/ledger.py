@@ -234,6 +234,9 @@ class Usage:
     #: The fingerprint the step that made it gave its result, where that differs (the file of a
     #: `cast_column` is named after the `map` it runs): the entry's alias.
     made_as: str | None = None
+    #: The folder and end time of each recorded `save_to_disk` of it (whether a later save into
+    #: the folder did not finish: `cachetool.cache.entries.mixed_save`).
+    saves: tuple[tuple[str, float], ...] = ()
 
 
 def read_root(root: Path) -> tuple[list[LedgerRecord], list[str], list[Path]]:
@@ -421,6 +424,7 @@ class Ledger:
                     origin[made] = rec
             for fp, got in step_sums(rec):
                 sums[fp] = add_sums(sums.get(fp), got)
+        saves = self._save_ends()
         out: dict[str, Usage] = {}
         for fp, (when, records, hits, misses, random) in sums.items():
             o = origin.get(fp)
@@ -434,8 +438,18 @@ class Ledger:
                 misses=misses,
                 random_fallback=bool(random),
                 made_as=o.result if isinstance(o, StepRecord) and o.result != fp else None,
+                saves=saves.get(fp, ()),
             )
         return out
+
+    def _save_ends(self) -> dict[str, tuple[tuple[str, float], ...]]:
+        """Per fingerprint saved: the folder and end time of each recorded `save_to_disk`."""
+        ends: dict[str, set[tuple[str, float]]] = {}
+        for r in self.records:  # one pass, no step lists: internal saves count too
+            if isinstance(r, SaveRecord) and r.result is not None and not self.is_foreign(r):
+                folders = {os.fspath(Path(f.path).parent) for f in r.files}
+                ends.setdefault(r.result, set()).update((d, r.time + r.duration) for d in folders)
+        return {fp: tuple(sorted(e)) for fp, e in ends.items()}
 
 
 def read_ledger(root: str | os.PathLike[str]) -> Ledger:

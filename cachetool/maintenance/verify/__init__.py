@@ -19,6 +19,7 @@ from cachetool.cache.scan import scan_cache
 from cachetool.cache.shard import Shard, parse_shard
 from cachetool.errors import CachetoolError, option
 from cachetool.history.ledger import Ledger
+from cachetool.history.records.steps import StepStartRecord
 from cachetool.maintenance import keyword_signature, options_of
 from cachetool.maintenance.liveness import scan_in_use
 from cachetool.maintenance.verify.deep import deep_pass
@@ -28,7 +29,6 @@ from cachetool.maintenance.verify.findings import (
     Severity,
     VerifyReport,
     check_indices,
-    check_saves,
 )
 from cachetool.maintenance.verify.quarantine import QuarantinePlan, plan_quarantine, restore
 
@@ -182,11 +182,10 @@ def _check(
     shard = options.shard
     if shard is not None:
         entries = [e for e in entries if shard.holds_entry(e, report.root)]
-    checker = Checker(report, liveness)
+    checker = Checker(report, liveness, functools.partial(killed_saves, ledger))
     for e in entries:
         checker.entry(e)
     check_indices(checker, entries, {fp: u.parent for fp, u in usage.items()}, ledger)
-    check_saves(checker, entries, ledger)
     if not options.fingerprints:
         _ledger_findings(checker, ledger, shard)
     bytes_checked = recorded = 0
@@ -207,6 +206,20 @@ def _check(
         shard=shard,
     )
     return verified, report
+
+
+def killed_saves(ledger: Ledger) -> dict[Path, StepStartRecord]:
+    """The folders that traced `save_to_disk` calls were writing when their process died, proven
+    dead on this host by its pid and start time (`runs.run_state`). A save's start is in its
+    run's ledger, not the folder's: every known root's ledger is read."""
+    from cachetool.history.runs import open_starts, run_state
+
+    records = Ledger.load(ledger.root, all_roots=True).records
+    return {
+        Path(os.path.realpath(s.paths[0])): s
+        for s in open_starts(records)
+        if s.operation == "save_to_disk" and s.paths and run_state(s) == "killed"
+    }
 
 
 def _ledger_findings(checker: Checker, ledger: Ledger, shard: Shard | None) -> None:

@@ -10,7 +10,7 @@ import os
 import shlex
 import stat
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -22,6 +22,7 @@ from cachetool.cache.shard import Shard, fleet_fields
 from cachetool.errors import ExitCode
 from cachetool.hints import gc_command, shell_command
 from cachetool.history.ledger import Ledger
+from cachetool.history.records.steps import StepStartRecord
 from cachetool.maintenance.fdops import identity
 from cachetool.maintenance.liveness import InUse, LockState, lock_guard, pids_text, probe, scan_in_use
 from cachetool.safejson import json_fields
@@ -187,9 +188,17 @@ RECENT_SAVE_SECONDS = 300.0
 class Checker:
     """Collects the findings about the entries of one scan (`entry(e)` for each)."""
 
-    def __init__(self, report: CacheReport, liveness: Callable[..., InUse] = scan_in_use) -> None:
+    def __init__(
+        self,
+        report: CacheReport,
+        liveness: Callable[..., InUse] = scan_in_use,
+        killed_saves: Callable[[], Mapping[Path, StepStartRecord]] = dict,
+    ) -> None:
         self.report = report
         self.liveness = liveness  # called as `liveness(root=...)`, as `scan_cache` calls it
+        #: The folders recorded saves were writing when their process died (`killed_saves`),
+        #: read when a recent save without state.json asks.
+        self.killed_saves = functools.cache(killed_saves)
         self.now = time.time()
         self.findings: list[Finding] = []
 
@@ -286,6 +295,8 @@ class Checker:
                 remove = gc_command(self.report.root, e.fingerprint or os.fsdecode(e.path))
                 hint = f"the next run of the map finishes it; if none will, remove it with `{remove}`"
                 self.add("partial-shards", e, e.path, f"{p}: {_REUSED}", hint)
+            elif p.code == "mixed-save":
+                self.add("mixed-save", e, e.path, p.detail, self.recompute(e))
             elif p.code not in ("unreadable", "fingerprint-mismatch"):
                 self.add("damaged", e, e.path, str(p), self.recompute(e))
         if e.kind == Kind.SOURCE:
@@ -383,7 +394,11 @@ class Checker:
             return
         what = f"its split {e.split} has no state.json" if e.split else "data-*.arrow without state.json"
         age = self.now - (e.modified or 0.0)
-        if age < RECENT_SAVE_SECONDS:
+        # A recorded writer proven dead (this host, its pid and start time) tells at once. A
+        # DatasetDict's save is recorded per split, into the split's folder.
+        folder = e.path / e.split if e.split else e.path
+        writer = self.killed_saves().get(folder) if age < RECENT_SAVE_SECONDS else None
+        if age < RECENT_SAVE_SECONDS and writer is None:
             self.add(
                 "recent-save",
                 e,
@@ -396,7 +411,8 @@ class Checker:
             hint = f"save it again, or remove the folder: `{shlex.join(['rm', '-r', os.fsdecode(e.path)])}`"
         else:
             hint = "save it again; " + gc_command(self.report.root, os.fsdecode(e.path))
-        self.add("interrupted-save", e, e.path, f"{what}: an interrupted save_to_disk", hint)
+        killed = "" if writer is None else f" (its writer, pid {writer.pid}, was killed)"
+        self.add("interrupted-save", e, e.path, f"{what}: an interrupted save_to_disk{killed}", hint)
 
     def lock(self, e: Entry) -> None:
         """A lock is stale when what it guards is gone and nobody holds it (`maintenance.liveness`)."""
@@ -433,51 +449,6 @@ def _scanned_identity(e: Entry, path: Path) -> tuple[int, int, int, int] | None:
     if not stat.S_ISREG(st.st_mode):
         return None
     return identity(st) if (st.st_size, st.st_mtime) == (f.size, f.mtime) else CHANGED
-
-
-# -- saved datasets --------------------------------------------------------------------------------
-
-#: Clock and file-system time granularity between a save's files and its record.
-_SAVE_SLACK = 1.0
-
-
-def check_saves(checker: Checker, entries: Sequence[Entry], ledger: Ledger) -> None:
-    """A saved dataset whose state.json is still the one a recorded save wrote while some of its
-    data files were written after it: a later `save_to_disk` into the folder did not finish
-    (datasets rewrites the data files in place and state.json last), so `load_from_disk` reads
-    the files of both saves as one dataset. A state.json written after the recorded save (a
-    copy that did not keep times, a save nobody traced) proves nothing either way: no finding."""
-    from cachetool.history.records.steps import SaveRecord
-
-    saved = [e for e in entries if e.kind == Kind.SAVED and e.fingerprint is not None and not e.problems]
-    if not saved:
-        return
-    saves: dict[str, list[SaveRecord]] = {}  # the ledger read once, whatever the number of splits
-    for r in ledger.own_steps(include_internal=True):
-        if isinstance(r, SaveRecord) and r.result is not None:
-            saves.setdefault(r.result, []).append(r)
-    for e in saved:
-        state = next((f for f in e.files if f.path.name == "state.json"), None)
-        if state is None:
-            continue
-        ends = [
-            r.time + r.duration
-            for r in saves.get(e.fingerprint or "", ())
-            if any(Path(f.path).parent == e.path for f in r.files)
-        ]
-        if not any(state.mtime <= end + _SAVE_SLACK for end in ends):
-            continue
-        after = state.mtime + _SAVE_SLACK
-        newer = [f.name for f in e.files if f.name.startswith("data-") and f.mtime > after]
-        if newer:
-            checker.add(
-                "mixed-save",
-                e,
-                e.path,
-                f"{', '.join(sorted(newer))} written after state.json: a later save_to_disk into this "
-                "folder did not finish, and load_from_disk reads the files of both saves as one dataset",
-                checker.recompute(e),
-            )
 
 
 # -- indices files ---------------------------------------------------------------------------------
