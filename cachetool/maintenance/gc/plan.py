@@ -1091,7 +1091,9 @@ class Planner(Rules):
         self, why_kept: Mapping[Path, KeptBecause], evicting: bool, named: bool = False
     ) -> tuple[int, int, dict[KeptBecause, int]]:
         """How many data entries (and bytes) survive the plan, counted by why (`named`: the run
-        removes only the entries named on the command line)."""
+        removes only the entries named on the command line). The bytes are those of the units the
+        entries belong to, as the plan's rows show them: a source split's dataset_info.json, a
+        saved folder's state files count once."""
         removed = {t.path for i in self.items for t in i.targets}
         counts: Counter[KeptBecause] = Counter()
         n = size = 0
@@ -1099,13 +1101,25 @@ class Planner(Rules):
         for u in self._units if evicting else []:
             for e in u.members:
                 reason_of_entry.setdefault(e.path, why_kept.get(u.key, KeptBecause.NOT_SELECTED))
+        unit_of_entry: dict[Path, _Unit] = {}
+        for u in self._units or self.units():  # saved folders first: they hold what is inside
+            for e in u.members:
+                unit_of_entry.setdefault(e.path, u)
+        counted: set[Path] = set()
         for e in self.report.entries:
             if e.kind not in DATA_KINDS:
                 continue
             if any(p in removed for p in (e.path, *e.path.parents, *(f.path for f in e.files))):
                 continue
             n += 1
-            size += e.size
+            unit = unit_of_entry.get(e.path)
+            if unit is None:
+                size += e.size
+            elif unit.key not in counted:
+                counted.add(unit.key)
+                size += unit.size
+                if unit.kind == Kind.SAVED:  # what the plan removes inside it (a map's cache file) goes
+                    size -= sum(t.size for i in self.items for t in i.targets if unit.key in t.path.parents)
             if evicting:
                 # A saved folder given as the root is no unit: gc never removes the root.
                 unit_less = (
