@@ -51,9 +51,16 @@ def test_two_runs_computing_one_fingerprint_at_once_lose_all_but_the_longest() -
         ("node-3", "node-7"),
         600.0,
     )
-    assert dup.sentence() == "2 runs computed 7f3a1b2c… concurrently (node-3, node-7); 10 minutes lost"
+    assert dup.sentence() == "2 runs computed 7f3a1b2c… concurrently (node-3, node-7); 10.0 min lost"
     three = concurrent_computations([*recs, step("node-8-55-1", 700.0, 120.0)])
     assert [(d.runs, d.lost_seconds) for d in three] == [(3, 720.0)]
+
+
+def test_the_time_lost_to_a_concurrent_run_reads_as_stats_prints_its_total() -> None:
+    """A second run that lost 1.5 s says "1.5 s lost" (as the `Lost to concurrent runs` row says
+    1.5 s), not "a second lost"."""
+    (dup,) = concurrent_computations([step("vm-1-1", 100.0, 3.0), step("vm-2-1", 100.5, 1.5)])
+    assert dup.sentence().endswith("; 1.5 s lost")
 
 
 def test_where_is_said_only_when_more_than_one_host_ran_a_step() -> None:
