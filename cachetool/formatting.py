@@ -88,13 +88,6 @@ def time_ago(ts: float | None, now: float | None = None) -> str:
     return human_age((now or time.time()) - ts)
 
 
-def human_duration(seconds: float) -> str:
-    """`3 hours`, `12 seconds`: a rounded span of time for people."""
-    import humanize
-
-    return str(humanize.naturaldelta(seconds))
-
-
 def compact_duration(seconds: float) -> str:
     """`30d`, `1h`, `90s`: the shortest exact form, as duration options are written."""
     s = int(seconds)

@@ -1083,3 +1083,35 @@ def test_a_num_proc_map_of_a_reloaded_datasetdict_is_only_the_cascade(tmp_path: 
     report = check_determinism(script, env=clean_env(tmp_path), cwd=tmp_path, rerun=False)
     assert report.analysis is not None and [c.kind for c in report.analysis.causes] == ["source"]
     assert report.analysis.masked == (), report.analysis.masked
+
+
+@pytest.mark.slow
+def test_entries_check_determinism_wrote_in_the_users_cache_say_what_made_them(tmp_path: Path) -> None:
+    """check-determinism runs the script on the user's cache and records no lineage; `lineage` of
+    what its runs wrote says so, and hints a command that works (it said "run the pipeline with
+    `cachetool run`", which makes other fingerprints of a step that depends on PYTHONHASHSEED)."""
+    from tests import forks
+
+    (tmp_path / "d.csv").write_text("t\na\nb\nc\n", encoding="utf-8")
+    script = tmp_path / "p.py"
+    script.write_text(
+        "from datasets import load_dataset\n"
+        "stop = frozenset(['a', 'b', 'x', 'y', 'z'])\n"
+        f"ds = load_dataset('csv', data_files={str(tmp_path / 'd.csv')!r}, split='train')\n"
+        "ds.map(lambda e: {'s': e['t'] in stop})\n",
+        encoding="utf-8",
+    )
+    env = {**clean_env(tmp_path), "COLUMNS": "300"}
+    cli = [sys.executable, "-m", "cachetool"]
+    checked = forks.run([*cli, "check-determinism", str(script)], env=env, capture_output=True, text=True)
+    assert checked.returncode == 1, checked.stderr[-2000:]
+    listed = json.loads(forks.run([*cli, "ls", "--json"], env=env, capture_output=True, text=True).stdout)
+    derived = [e["fingerprint"] for e in listed["entries"] if e["kind"] == "derived"]
+    assert len(derived) == 2  # one per PYTHONHASHSEED
+    root = listed["root"]
+    said = forks.run([*cli, "lineage", derived[0]], env=env, capture_output=True, text=True)
+    assert said.returncode == 0, said.stderr
+    assert "run the pipeline with `cachetool run`" not in said.stdout + said.stderr
+    made = "no recorded run made it (a run without `cachetool run`, or `cachetool check-determinism`)"
+    assert f"{derived[0]}: {made}" in said.stdout, said.stdout
+    assert f"`cachetool gc {derived[0]} --min-age 0 --cache-dir {root}`" in said.stderr, said.stderr

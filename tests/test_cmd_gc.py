@@ -1255,3 +1255,34 @@ def test_gc_removes_the_step_lease_of_a_killed_once_leader_and_never_a_live_one(
         assert broken.exit_code == 0 and not other.exists(), broken.stdout + broken.stderr
     finally:
         drop_step(live)
+
+
+@pytest.mark.slow
+def test_a_kept_source_has_one_size_in_every_line_of_the_plan(copy: Path, leftovers: dict[str, Any]) -> None:
+    """A source split kept by --keep (and its saved copy, of the same fingerprint) shows the same
+    size in the Kept table, in the keeps sentence and in the JSON plan: its dataset_info.json
+    counts on both sides (gc removes it with the split)."""
+    folder = copy / leftovers["csv_dir"]
+    args = (
+        "--include-sources",
+        "--max-size",
+        "0",
+        "--min-age",
+        "0",
+        "--keep",
+        str(folder / "csv-train.arrow"),
+    )
+    _, doc = gc_json(copy, *args, "--dry-run")
+    skips = {s["kind"]: s["size"] for s in doc["plan"]["skipped"]}
+    assert set(skips) == {"source", "saved"}
+    assert skips["source"] == sum(
+        (folder / name).stat().st_size for name in ("csv-train.arrow", "dataset_info.json")
+    )
+    kept = doc["plan"]["kept"]
+    assert (kept["entries"], kept["bytes"]) == (2, skips["source"] + skips["saved"])
+    human = cli("gc", "--cache-dir", str(copy / "cache"), *args, "--dry-run").stdout
+    from cachetool.formatting import human_size
+
+    row = next(line for line in human.splitlines() if line.startswith("source"))
+    assert human_size(skips["source"]) in row
+    assert f"keeps 2 entries ({human_size(kept['bytes'])})" in human

@@ -18,11 +18,10 @@ from typer.testing import CliRunner
 
 from cachetool.cache.scan import scan_cache
 from cachetool.cli.app import app
+from cachetool.cli.lineage import NOT_RECORDED
 from tests.conftest import cachetool_run, hf_env, invoke, shared_session_dir
 
 pytestmark = pytest.mark.slow
-
-NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
 
 
 @pytest.fixture(scope="session")

@@ -338,7 +338,8 @@ def test_nothing_cached_yet_names_the_cache_dir_the_last_traced_run_wrote_in(tmp
     """A pipeline caches only under `load_dataset(..., cache_dir=<project>/hfc)`, so the default
     cache root does not exist: `ls` and `stats` say nothing is cached there and name the folder
     the traced run wrote in with the command the user ran and `--cache-dir` (`stats` named `ls`),
-    and that `ls` lists the run's entries. They only said "nothing cached yet"."""
+    and that `ls` lists the run's entries. They only said "nothing cached yet". `lineage FP` and
+    `show FP` give themselves with `--cache-dir` (they gave `ls`), and that command works."""
     from tests.conftest import cachetool_run
     from tests.lineage_pipeline import subprocess_env
 
@@ -365,7 +366,16 @@ def test_nothing_cached_yet_names_the_cache_dir_the_last_traced_run_wrote_in(tmp
         text=True,
         timeout=120,
     )
-    assert any(e["operation"] == "map" for e in json.loads(listed.stdout)["entries"]), listed.stdout
+    (fp,) = [e["fingerprint"] for e in json.loads(listed.stdout)["entries"] if e["operation"] == "map"]
+    # `lineage FP` and `show FP` name themselves with --cache-dir (they named `ls`), and it runs.
+    for args in (["lineage", fp[:8]], ["show", fp[:8]]):
+        said = forks.run(
+            [sys.executable, "-m", "cachetool", *args], env=env, capture_output=True, text=True, timeout=120
+        )
+        command = f"cachetool {' '.join(args)} --cache-dir {other}"
+        assert f"`{command}`" in said.stderr, said.stderr
+        again = forks.run([sys.executable, "-m", *command.split()], env=env, capture_output=True, text=True)
+        assert again.returncode == 0 and fp in again.stdout, again
 
 
 @pytest.mark.slow

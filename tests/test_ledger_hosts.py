@@ -5,6 +5,7 @@ the rules are checked on exact times; tests/test_hosts.py runs the real thing ac
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from cachetool.history.graph import where_sentence
@@ -51,9 +52,33 @@ def test_two_runs_computing_one_fingerprint_at_once_lose_all_but_the_longest() -
         ("node-3", "node-7"),
         600.0,
     )
-    assert dup.sentence() == "2 runs computed 7f3a1b2c… concurrently (node-3, node-7); 10 minutes lost"
+    assert dup.sentence() == "2 runs computed 7f3a1b2c… concurrently (node-3, node-7); 10.0 min lost"
     three = concurrent_computations([*recs, step("node-8-55-1", 700.0, 120.0)])
     assert [(d.runs, d.lost_seconds) for d in three] == [(3, 720.0)]
+
+
+def test_the_time_lost_to_a_concurrent_run_reads_as_stats_prints_its_total() -> None:
+    """A second run that lost 1.5 s says "1.5 s lost" (as the `Lost to concurrent runs` row says
+    1.5 s), not "a second lost"."""
+    (dup,) = concurrent_computations([step("vm-1-1", 100.0, 3.0), step("vm-2-1", 100.5, 1.5)])
+    assert dup.sentence().endswith("; 1.5 s lost")
+
+
+def test_a_short_concurrent_computation_says_its_minute_once() -> None:
+    """`explain` of a step another run computed at the same time gives the clock once and the
+    duration when both ends fall in the same minute ("at 15:17, for 1.5 s", never "from 15:17 to
+    15:17"); the two clock times when they do not."""
+    from cachetool.formatting import clock_time
+    from cachetool.history.explain.reasons import concurrent_reason
+
+    minute = time.time() // 3600 * 3600 + 60  # a minute's start, in every time zone
+    hhmm = [clock_time(minute + m * 60) for m in (0, 1)]
+    short = step("vm-1-1", minute + 5.0, 1.5)
+    assert f"(at {hhmm[0]}, for 1.5 s)" in concurrent_reason(step("vm-2-1", minute + 5.5, 1.0), short).text
+    long = step("vm-1-1", minute + 50.0, 30.0)
+    assert (
+        f"(from {hhmm[0]} to {hhmm[1]})" in concurrent_reason(step("vm-2-1", minute + 55.0, 1.0), long).text
+    )
 
 
 def test_where_is_said_only_when_more_than_one_host_ran_a_step() -> None:

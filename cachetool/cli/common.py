@@ -11,6 +11,7 @@ import inspect
 import os
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
+from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
 
@@ -114,6 +115,7 @@ def _fields(cls: type) -> dict[str, Param]:
 def invoke(func: Callable[..., Any], values: dict[str, Any]) -> int:
     """`func`'s exit code once called with a command line's `values` (`fmt`, `--json`, `-q` and
     `--no-truncate` made the one sink `out`), behind the process boundary (`report_exception`)."""
+    given = values
     if "fmt" in values:
         values = dict(values)
         fmt, as_json, quiet = values.pop("fmt"), values.pop("as_json"), values.pop("quiet")
@@ -123,10 +125,37 @@ def invoke(func: Callable[..., Any], values: dict[str, Any]) -> int:
         return int(func(**values) or 0)
     except (Exception, KeyboardInterrupt) as e:  # what it does not handle goes on
         name = getattr(func, "__name__", None)
-        code = report_exception(e, next((c for c, (_, f, _) in COMMANDS.items() if f == name), None))
+        command = next((c for c, (_, f, _) in COMMANDS.items() if f == name), None)
+        code = report_exception(e, command, typed_words(command, func, given) if command else None)
         if code is None:
             raise
         return code
+
+
+def typed_words(command: str, func: Callable[..., Any], values: dict[str, Any]) -> list[str]:
+    """`command` as its user could type it again from the `values` of its parameters: its name,
+    its arguments, then the options whose value is not their default; `--cache-dir` left out (a
+    hint adds another)."""
+    words, options = [command], []
+    for name, p in params_of(func).items():
+        value = values.get(name)
+        if name == "cache_dir" or value is None or _texts(value) == _texts(p.default):
+            continue
+        if not p.flags:
+            words += _texts(value)
+        elif isinstance(value, bool):  # an on/off pair is written `--x/--no-x`
+            on, _, off = p.flags[0].partition("/")
+            options += [on] if value else [off] if off else []
+        else:
+            options += [w for t in _texts(value) for w in (p.flags[0], t)]
+    return words + options
+
+
+def _texts(value: Any) -> list[str]:
+    values = value if isinstance(value, list | tuple) else [value]
+    return [
+        str(v.value if isinstance(v, Enum) else os.fsdecode(v) if isinstance(v, Path) else v) for v in values
+    ]
 
 
 _FORMAT_MEANING = {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,7 +15,10 @@ if TYPE_CHECKING:
     from cachetool.history.graph import Step
     from cachetool.history.lineage_view import LineageView
 
-NOT_RECORDED = "parent not recorded — run the pipeline with `cachetool run`"
+#: A fingerprint no record explains. `cachetool run` of the pipeline would record it (a step
+#: loaded from the cache is recorded too), unless no plain run makes it: one check-determinism
+#: wrote under its own PYTHONHASHSEED.
+NOT_RECORDED = "no recorded run made it (a run without `cachetool run`, or `cachetool check-determinism`)"
 
 
 @command(
@@ -58,7 +62,8 @@ def run_lineage(fingerprint: str, cache_dir: Path | None, out: Output, **options
     from cachetool.history.lineage_view import lineage
 
     with gc_paused(freeze=True):  # a long ledger's records make many objects and no cycles
-        view = lineage(root_for(fingerprint, cache_dir), fingerprint, **options)
+        root = root_for(fingerprint, cache_dir)
+        view = lineage(root, fingerprint, **options)
     if out.format == OutputFormat.dot:
         sys.stdout.write(to_dot(view))
     elif out.format == OutputFormat.mermaid:
@@ -67,8 +72,14 @@ def run_lineage(fingerprint: str, cache_dir: Path | None, out: Output, **options
         render(out, view)
     warn(*view.warnings)
     if not view.recorded and view.unended is None:
-        how = "`cachetool run pipeline.py`, or `cachetool.tracing()` in Python"
+        how = "`cachetool run pipeline.py` (a step it loads from the cache too), or `cachetool.tracing()`"
         hint(f"lineage is recorded while a pipeline runs: {how}")
+        # What gc evicts when named; a source or a saved dataset is the user's to remove.
+        if view.entry is not None and view.entry.kind.value in ("derived", "indices", "shards"):
+            from cachetool.hints import gc_command
+
+            remove = gc_command(os.path.abspath(root), view.entry.fingerprint or view.fingerprint)
+            hint(f"an entry no such run makes again (one check-determinism wrote) goes with `{remove}`")
 
 
 # ------------------------------------------------------------------------------------------

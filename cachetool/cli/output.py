@@ -42,8 +42,11 @@ def debug_enabled() -> bool:
     return os.environ.get("CACHETOOL_DEBUG", "") not in ("", "0", "false", "no")
 
 
-def report_exception(e: BaseException, command: str | None = None) -> int | None:
-    """The process boundary of `command`: a `CachetoolError` becomes one `Error: ...` line on
+def report_exception(
+    e: BaseException, command: str | None = None, words: Sequence[str] | None = None
+) -> int | None:
+    """The process boundary of `command` (`words`: as typed, without `--cache-dir`; see
+    `hint_root_elsewhere`): a `CachetoolError` becomes one `Error: ...` line on
     stderr and the exit code to end with is returned; None lets the exception go on
     (`CACHETOOL_DEBUG=1`, or one not handled here). Ctrl-C exits 130; a reader that went away
     (`cachetool ls | head`) ends it with 0; an unexpected file system error (ENAMETOOLONG,
@@ -57,7 +60,7 @@ def report_exception(e: BaseException, command: str | None = None) -> int | None
     if isinstance(e, CachetoolError):
         error(e.message)
         if isinstance(e, CacheNotFound) and e.default:
-            hint_root_elsewhere(e.root, "stats" if command == "stats" else "ls")
+            hint_root_elsewhere(e.root, *(words or [command or "ls"]))
         return int(e.exit_code)
     if isinstance(e, KeyboardInterrupt):
         error("interrupted")
@@ -137,15 +140,23 @@ def hint(*messages: str) -> None:
         _stderr_line("Hint:", "dim", message, fit="`" not in message)
 
 
-def hint_root_elsewhere(root: str | os.PathLike[str], command: str = "ls") -> None:
+#: The commands that only read the cache: a hint may give one again on another root as typed.
+_READERS = frozenset({"ls", "show", "lineage", "explain", "stats"})
+
+
+def hint_root_elsewhere(root: str | os.PathLike[str], *words: str) -> None:
     """Nothing is cached in the default root `root`: name the root the last traced run recorded
-    steps in (a pipeline with `cache_dir=`), with `command` (`ls` or `stats`) run on it."""
+    steps in (a pipeline with `cache_dir=`), with the command the user typed (`words`, its name
+    first) run on it; `ls` for a command that changes things (`gc -y` is not for a root one has
+    not looked at)."""
     from cachetool.cache.roots import latest_root_elsewhere
     from cachetool.hints import shell_command
 
     other = latest_root_elsewhere(root)
     if other is not None:
-        shown = shell_command(command, "--cache-dir", other)
+        shown = shell_command(
+            *(words if words[:1] and words[0] in _READERS else ["ls"]), "--cache-dir", other
+        )
         hint(f"the last traced run recorded steps in {other}: `{shown}`")
 
 

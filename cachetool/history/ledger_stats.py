@@ -18,7 +18,7 @@ from cachetool.cache.layout import LEDGER_DIR
 from cachetool.cache.roots import fallback_ledger_dir
 from cachetool.cache.store import read_state_json, write_whole
 from cachetool.errors import CachetoolError
-from cachetool.formatting import human_duration, iso_time
+from cachetool.formatting import iso_time, short_duration
 from cachetool.history.ledger import Ledger
 from cachetool.history.records.base import LedgerRecord
 from cachetool.history.records.other import RunEndRecord, RunSummaryRecord
@@ -161,12 +161,13 @@ class ConcurrentComputation:
         return sum(durations) - max(durations)
 
     def sentence(self) -> str:
-        """ "2 runs computed 7f3a1b2c… concurrently (node-3, node-7); 11 min lost"."""
+        """ "2 runs computed 7f3a1b2c… concurrently (node-3, node-7); 11.0 min lost" (the duration
+        written as `stats` writes its totals)."""
         where = f" ({', '.join(self.hosts)})" if len(self.hosts) > 1 else ""
         what = f" ({self.operation})" if self.operation and not where else ""
         return (
             f"{self.runs} runs computed {self.fingerprint[:8]}… concurrently{where}{what}; "
-            f"{human_duration(self.lost_seconds)} lost"
+            f"{short_duration(self.lost_seconds)} lost"
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -6,7 +6,7 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from cachetool.formatting import clock_time
+from cachetool.formatting import clock_time, short_duration
 from cachetool.history.explain.answer import UNCACHED_TEXT, Reason, StepRef
 from cachetool.history.explain.stale import _code_changes, line_changes
 from cachetool.history.graph import StepGraph
@@ -448,11 +448,13 @@ def _removed_between(view: StepGraph, fp: str | None, after: float, before: floa
 
 def concurrent_reason(rec: StepRecord, same: StepRecord) -> Reason:
     """`rec` computed a fingerprint another run was computing at the same time."""
+    start, end = clock_time(same.time), clock_time(same.end)
+    # Within one minute the clock says nothing twice: its length, as `stats` writes durations.
+    when = f"at {start}, for {short_duration(same.duration)}" if start == end else f"from {start} to {end}"
     return Reason(
         "concurrent",
         f"another run{_on_other_host(same, rec)} was computing the same fingerprint at the "
-        f"same time (from {clock_time(same.time)} to {clock_time(same.end)}): neither could "
-        "reuse the other's file",
+        f"same time ({when}): neither could reuse the other's file",
     )
 
 

@@ -1091,7 +1091,8 @@ class Planner(Rules):
         self, why_kept: Mapping[Path, KeptBecause], evicting: bool, named: bool = False
     ) -> tuple[int, int, dict[KeptBecause, int]]:
         """How many data entries (and bytes) survive the plan, counted by why (`named`: the run
-        removes only the entries named on the command line)."""
+        removes only the entries named on the command line). The bytes count what the plan's rows
+        count of them: a source split's dataset_info.json, a saved folder's state.json, once."""
         removed = {t.path for i in self.items for t in i.targets}
         counts: Counter[KeptBecause] = Counter()
         n = size = 0
@@ -1099,6 +1100,7 @@ class Planner(Rules):
         for u in self._units if evicting else []:
             for e in u.members:
                 reason_of_entry.setdefault(e.path, why_kept.get(u.key, KeptBecause.NOT_SELECTED))
+        holders: set[Path] = set()  # the dataset folders and saved folders of kept entries
         for e in self.report.entries:
             if e.kind not in DATA_KINDS:
                 continue
@@ -1106,6 +1108,10 @@ class Planner(Rules):
                 continue
             n += 1
             size += e.size
+            if e.kind == Kind.SOURCE and e.dataset_dir is not None:
+                holders.add(e.dataset_dir)
+            elif e.kind == Kind.SAVED:
+                holders.add(e.unit or e.path)
             if evicting:
                 # A saved folder given as the root is no unit: gc never removes the root.
                 unit_less = (
@@ -1115,6 +1121,10 @@ class Planner(Rules):
             else:
                 reason = KeptBecause.OUTSIDE if named else KeptBecause.UNTOUCHED
             counts[reason] += 1
+        # Their metadata (dataset_info.json, state.json), which gc removes with them: once per folder.
+        for d in self.report.datasets:
+            if d.path in holders or not holders.isdisjoint(d.path.parents):
+                size += sum(f.size for f in d.meta_files)
         return n, size, dict(counts)
 
 
