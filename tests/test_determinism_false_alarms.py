@@ -99,6 +99,36 @@ def test_a_differing_internal_step_is_never_a_cause() -> None:
     assert analysis.causes == () and analysis.masked == () and analysis.hidden_random == ()
 
 
+def test_only_a_file_name_the_script_gives_anew_in_each_run_is_a_cause() -> None:
+    """A map whose `cache_file_name` differs between runs (same fingerprint) is a `file-name`
+    cause; the same name in every run, an internal step's own files, or a step every run is told
+    not to load (`load_from_cache_file=False`, its own note) are not."""
+
+    def run(folder: str) -> list[dict[str, Any]]:
+        return [
+            ev("load_from_disk", 1, "r", [], type="root"),
+            ev("map", 2, "m", ["r"], named_files={"cache_file_name": f"{folder}/out.arrow"}),
+            ev(
+                "select", 2, "m", ["r"], internal=True, named_files={"indices_cache_file_name": f"{folder}/i"}
+            ),
+            ev("map", 3, "n", ["m"], named_files={"cache_file_name": "/data/fixed.arrow"}),
+            ev(
+                "map",
+                4,
+                "o",
+                ["n"],
+                named_files={"cache_file_name": f"{folder}/o.arrow"},
+                no_cache="load-from-cache-file-false",
+            ),
+        ]
+
+    analysis = analyze([run("/tmp/tmpa"), run("/tmp/tmpb")])
+    (cause,) = analysis.causes
+    assert (cause.kind, cause.step.line, cause.differing_args) == ("file-name", 2, ("cache_file_name",))
+    assert cause.file_names == (("cache_file_name", ("/tmp/tmpa/out.arrow", "/tmp/tmpb/out.arrow")),)
+    assert analysis.differing == 0 and analysis.deterministic_causes == (cause,)
+
+
 def test_a_step_seen_in_one_run_only_is_named() -> None:
     """A map the second run did not make is named as seen in some runs only, not compared with
     another step."""

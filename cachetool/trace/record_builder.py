@@ -142,6 +142,7 @@ class RecordBuilder:
             no_cache=no_cache,
             resumed=frame.resumed,
             rekeyed=frame.rekeyed,
+            named_files={} if frame.internal else frame.named,
         )
 
     def _error(self, frame: Frame, exc: BaseException, h: HashEvent | None) -> TransformRecord:

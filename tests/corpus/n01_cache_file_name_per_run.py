@@ -1,0 +1,33 @@
+"""Cache files named by the script in a folder made anew by each run, or with the time.
+
+`cache_file_name` (and the `indices_cache_file_name` of shuffle, sort, select, train_test_split) is not
+hashed: the fingerprints are the same in every run, but a rerun looks for its file under another
+name, never finds the one the last run wrote and computes the step again.
+"""
+
+import os
+import tempfile
+import time
+
+from corpus_data import splits
+
+ds = splits("n01")["train"]
+lengths = ds.map(
+    lambda ex: {"n": len(ex["text"])}, cache_file_name=os.path.join(tempfile.mkdtemp(), "lengths.arrow")
+)
+shuffled = lengths.shuffle(seed=0, indices_cache_file_name=os.path.join(tempfile.mkdtemp(), "order.arrow"))
+by_id = lengths.sort("id", indices_cache_file_name=os.path.join(tempfile.mkdtemp(), "by_id.arrow"))
+picked = lengths.select([2, 0], indices_cache_file_name=os.path.join(tempfile.mkdtemp(), "picked.arrow"))
+parts = lengths.train_test_split(
+    test_size=0.5,
+    seed=0,
+    train_indices_cache_file_name=os.path.join(tempfile.mkdtemp(), "train.arrow"),
+    test_indices_cache_file_name=os.path.join(tempfile.mkdtemp(), "test.arrow"),
+)
+stamped_folder = os.path.join(tempfile.gettempdir(), "n01-stamped")
+os.makedirs(stamped_folder, exist_ok=True)
+words = ds.map(
+    lambda ex: {"words": len(ex["text"].split())},
+    cache_file_name=os.path.join(stamped_folder, f"words-{time.time_ns()}.arrow"),
+)
+print(lengths._fingerprint, shuffled._fingerprint, parts["train"]._fingerprint, words._fingerprint)
