@@ -46,9 +46,11 @@ CONTROLS = [
     "k27_cache_file_name_fixed.py",
 ]
 #: script -> (operation, the argument naming its file, the file's name) of each step whose file
-#: name differs, in order (train_test_split's test indices belong to its train indices' cause).
+#: name differs, in order (train_test_split's test indices belong to its train indices' cause, a
+#: source's test split to its train split's).
 NAMED: dict[str, list[tuple[str, str, str]]] = {
     "n01_cache_file_name_per_run.py": [
+        ("load_dataset", "cache_dir", "tmp"),
         ("map", "cache_file_name", "lengths.arrow"),
         ("shuffle", "indices_cache_file_name", "order.arrow"),
         ("sort", "indices_cache_file_name", "by_id.arrow"),

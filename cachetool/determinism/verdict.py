@@ -569,15 +569,22 @@ def _given_lines(cause: Cause) -> list[str]:
 
 def _file_name_lines(cause: Cause) -> list[str]:
     names = [d.key for d in cause.file_names]
+    what = "folder" if names == ["cache_dir"] else "file"  # load_dataset(cache_dir=)
     lines = [
-        "  the same fingerprint in every run, but the script names its cache file anew in each run: a "
-        "rerun looks for another file, never finds the one the last run wrote, and computes the step again"
+        f"  the same fingerprint in every run, but the script names its cache {what} anew in each run: "
+        f"a rerun looks for another {what}, never finds the one the last run wrote, and computes the "
+        "step again"
     ]
     lines += [f"  {d.key}: {' vs '.join(dict.fromkeys(d.values))}" for d in cause.file_names]
+    leave = (
+        "leave cache_dir out (datasets' own cache)"
+        if what == "folder"
+        else f"leave {' and '.join(names)} to datasets (it names the file by the fingerprint)"
+    )
     lines.append(
-        "  hint: name the file by a fixed path (not in a new temporary folder, nor with a time or a uuid "
-        f"in its name), or leave {' and '.join(names)} to datasets (it names the file by the "
-        "fingerprint); a step made from this one writes next to its file, so it is computed again too."
+        f"  hint: name the {what} by a fixed path (not in a new temporary folder, nor with a time or a "
+        f"uuid in its name), or {leave}; a step made from this one writes its files beside it, so it "
+        "is computed again too."
     )
     return lines
 

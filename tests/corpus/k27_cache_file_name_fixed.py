@@ -3,11 +3,13 @@
 import os
 import tempfile
 
-from corpus_data import splits
+from corpus_data import data_files, splits
+from datasets import load_dataset
 
 folder = os.path.join(tempfile.gettempdir(), "k27-named")
 os.makedirs(folder, exist_ok=True)
 ds = splits("k27")["train"]
+loaded = load_dataset("json", data_files=data_files("k27-dir"), cache_dir=os.path.join(folder, "hf"))
 lengths = ds.map(lambda ex: {"n": len(ex["text"])}, cache_file_name=os.path.join(folder, "lengths.arrow"))
 shuffled = lengths.shuffle(seed=0, indices_cache_file_name=os.path.join(folder, "order.arrow"))
 by_id = lengths.sort("id", indices_cache_file_name=os.path.join(folder, "by_id.arrow"))

@@ -1,17 +1,20 @@
-"""Cache files named by the script in a folder made anew by each run, or with the time.
+"""Cache files named by the script in a folder made anew by each run, or with the time; a source
+loaded into a new temporary `cache_dir`.
 
-`cache_file_name` (and the `indices_cache_file_name` of shuffle, sort, select, train_test_split) is not
-hashed: the fingerprints are the same in every run, but a rerun looks for its file under another
-name, never finds the one the last run wrote and computes the step again.
+Neither `cache_file_name` (nor the `indices_cache_file_name` of shuffle, sort, select and
+train_test_split) nor `cache_dir` is hashed: the fingerprints are the same in every run, but a rerun
+looks for another file, never finds the one the last run wrote and computes the step again.
 """
 
 import os
 import tempfile
 import time
 
-from corpus_data import splits
+from corpus_data import data_files, splits
+from datasets import load_dataset
 
 ds = splits("n01")["train"]
+loaded = load_dataset("json", data_files=data_files("n01-dir"), cache_dir=tempfile.mkdtemp())
 lengths = ds.map(
     lambda ex: {"n": len(ex["text"])}, cache_file_name=os.path.join(tempfile.mkdtemp(), "lengths.arrow")
 )

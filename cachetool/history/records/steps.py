@@ -72,7 +72,7 @@ class StepRecord(LedgerRecord):
     #: or a record written before the tracer measured it).
     compute: Compute | None = None
     #: A call the user made: the output files the script named (`cache_file_name`,
-    #: `indices_cache_file_name`, ... -> absolute path), as it gave them.
+    #: `indices_cache_file_name`, ... -> absolute path), as it gave them; a source's `cache_dir`.
     named_files: Mapping[str, str] = field(default_factory=dict)
 
     # -- what readers ask ----------------------------------------------------------------------
