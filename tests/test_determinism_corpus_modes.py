@@ -53,7 +53,7 @@ NAMED: dict[str, list[tuple[str, str, str]]] = {
         ("load_dataset", "cache_dir", "tmp"),
         ("map", "cache_file_name", "lengths.arrow"),
         ("shuffle", "indices_cache_file_name", "order.arrow"),
-        ("sort", "indices_cache_file_name", "by_id.arrow"),
+        ("sort", "indices_cache_file_name", "by_text.arrow"),
         ("select", "indices_cache_file_name", "picked.arrow"),
         ("train_test_split", "train_indices_cache_file_name", "train.arrow"),
         ("map", "cache_file_name", "words-"),

@@ -101,23 +101,30 @@ def test_a_differing_internal_step_is_never_a_cause() -> None:
 
 def test_only_a_file_name_the_script_gives_anew_in_each_run_is_a_cause() -> None:
     """A map whose `cache_file_name` differs between runs (same fingerprint) is a `file-name`
-    cause; the same name in every run, an internal step's own files, or a step every run is told
-    not to load (`load_from_cache_file=False`, its own note) are not."""
+    cause, its `num_proc` shards written there; the same name in every run, an internal step's
+    own files, a name `datasets` did not use (a contiguous `select` writes no indices), or a step
+    every run is told not to load (`load_from_cache_file=False`, its own note) are not."""
+
+    def named(
+        op: str, line: int, fp: str, parents: list[str], arg: str, path: str, **kw: Any
+    ) -> dict[str, Any]:
+        shards = [{"path": path.replace(".arrow", f"_0000{i}_of_00002.arrow")} for i in range(2)]
+        return ev(op, line, fp, parents, named_files={arg: path}, files=kw.pop("files", shards), **kw)
 
     def run(folder: str) -> list[dict[str, Any]]:
         return [
             ev("load_from_disk", 1, "r", [], type="root"),
-            ev("map", 2, "m", ["r"], named_files={"cache_file_name": f"{folder}/out.arrow"}),
-            ev(
-                "select", 2, "m", ["r"], internal=True, named_files={"indices_cache_file_name": f"{folder}/i"}
-            ),
-            ev("map", 3, "n", ["m"], named_files={"cache_file_name": "/data/fixed.arrow"}),
-            ev(
+            named("map", 2, "m", ["r"], "cache_file_name", f"{folder}/out.arrow"),
+            named("select", 2, "m", ["r"], "indices_cache_file_name", f"{folder}/i.arrow", internal=True),
+            named("map", 3, "n", ["m"], "cache_file_name", "/data/fixed.arrow"),
+            named("select", 4, "s", ["n"], "indices_cache_file_name", f"{folder}/s.arrow", files=[]),
+            named(
                 "map",
-                4,
+                5,
                 "o",
-                ["n"],
-                named_files={"cache_file_name": f"{folder}/o.arrow"},
+                ["s"],
+                "cache_file_name",
+                f"{folder}/o.arrow",
                 no_cache="load-from-cache-file-false",
             ),
         ]

@@ -431,13 +431,26 @@ def state_cause(step: Step, row: Sequence[Event], change: StateChange, steps: Se
 
 def file_name_diffs(row: Sequence[Event]) -> tuple[SourceDiff, ...]:
     """The output files the script named differently in each run (a new temporary folder, the
-    time in the name): a rerun never finds the file the last run wrote. None for a step whose
-    last run was told not to load it anyway (`load_from_cache_file=False`)."""
+    time in the name), where the step wrote one of them: a rerun never finds the file the last run wrote.
+    None for a step whose last run was told not to load it anyway (`load_from_cache_file=False`)."""
     if row[-1].no_cache == "load-from-cache-file-false":
         return ()
     names = sorted({name for e in row for name in e.named_files})
     paths = ((name, tuple(e.named_files.get(name) or "-" for e in row)) for name in names)
-    return tuple(SourceDiff(name, values) for name, values in paths if len(set(values)) > 1)
+    diffs = tuple(SourceDiff(name, values) for name, values in paths if len(set(values)) > 1)
+    # train_test_split's train output wrote the train indices: both names are its call's.
+    used = any(_wrote_at(e, e.named_files.get(d.key)) for d in diffs for e in row)
+    return diffs if used else ()
+
+
+def _wrote_at(event: Event, path: str | None) -> bool:
+    """The step wrote or reused a file at `path`: that file, its `num_proc` shards
+    (`out_00000_of_00002.arrow`), or one in that folder (`cache_dir`). A name `datasets` did not
+    use (`select` of a contiguous range writes no indices) makes no difference."""
+    if not path:
+        return False
+    shards = path.removesuffix(".arrow") + "_"
+    return any(f.path == path or f.path.startswith((shards, path + "/")) for f in event.files)
 
 
 def random_cause(step: Step, row: Sequence[Event]) -> Cause:

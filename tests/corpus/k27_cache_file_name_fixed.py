@@ -12,7 +12,7 @@ ds = splits("k27")["train"]
 loaded = load_dataset("json", data_files=data_files("k27-dir"), cache_dir=os.path.join(folder, "hf"))
 lengths = ds.map(lambda ex: {"n": len(ex["text"])}, cache_file_name=os.path.join(folder, "lengths.arrow"))
 shuffled = lengths.shuffle(seed=0, indices_cache_file_name=os.path.join(folder, "order.arrow"))
-by_id = lengths.sort("id", indices_cache_file_name=os.path.join(folder, "by_id.arrow"))
+by_text = lengths.sort("text", indices_cache_file_name=os.path.join(folder, "by_text.arrow"))
 picked = lengths.select([2, 0], indices_cache_file_name=os.path.join(folder, "picked.arrow"))
 parts = lengths.train_test_split(
     test_size=0.5,

@@ -19,7 +19,7 @@ lengths = ds.map(
     lambda ex: {"n": len(ex["text"])}, cache_file_name=os.path.join(tempfile.mkdtemp(), "lengths.arrow")
 )
 shuffled = lengths.shuffle(seed=0, indices_cache_file_name=os.path.join(tempfile.mkdtemp(), "order.arrow"))
-by_id = lengths.sort("id", indices_cache_file_name=os.path.join(tempfile.mkdtemp(), "by_id.arrow"))
+by_text = lengths.sort("text", indices_cache_file_name=os.path.join(tempfile.mkdtemp(), "by_text.arrow"))
 picked = lengths.select([2, 0], indices_cache_file_name=os.path.join(tempfile.mkdtemp(), "picked.arrow"))
 parts = lengths.train_test_split(
     test_size=0.5,
