@@ -6,9 +6,12 @@ control is deterministic, in all three."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from cachetool.determinism.verdict import DeterminismReport, cause_lines, human_lines
+from cachetool.errors import ExitCode
 from tests.corpus_pipeline import causes_of, shared_reports
 
 pytestmark = pytest.mark.slow
@@ -40,8 +43,23 @@ CONTROLS = [
     "k24_hostname_in_closure.py",
     "k25_dictdict_filter_map.py",
     "k26_cached_property_warmed.py",
+    "k27_cache_file_name_fixed.py",
 ]
-SCRIPTS = [*CULPRITS, *CONTROLS]
+#: script -> (operation, the argument naming its file, the file's name) of each step whose file
+#: name differs, in order (train_test_split's test indices belong to its train indices' cause, a
+#: source's test split to its train split's).
+NAMED: dict[str, list[tuple[str, str, str]]] = {
+    "n01_cache_file_name_per_run.py": [
+        ("load_dataset", "cache_dir", "tmp"),
+        ("map", "cache_file_name", "lengths.arrow"),
+        ("shuffle", "indices_cache_file_name", "order.arrow"),
+        ("sort", "indices_cache_file_name", "by_text.arrow"),
+        ("select", "indices_cache_file_name", "picked.arrow"),
+        ("train_test_split", "train_indices_cache_file_name", "train.arrow"),
+        ("map", "cache_file_name", "words-"),
+    ],
+}
+SCRIPTS = [*CULPRITS, *NAMED, *CONTROLS]
 MODES = ("isolated", "default", "warm")
 
 
@@ -75,6 +93,31 @@ def test_each_culprit_is_named_at_its_leaf(
         return
     parts = [(p.path_str, p.kind) for c in cause.culprits for p in (c.parts or (c,))]
     assert any(argument in path and where in path and k == leaf for path, k in parts), (parts, lines)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("script", sorted(NAMED))
+def test_a_cache_file_named_anew_in_each_run_is_not_deterministic(
+    script: str, mode: str, reports: dict[str, tuple[list[str], DeterminismReport]]
+) -> None:
+    """A step whose `cache_file_name` (or indices file) is in a new temporary folder, or has the
+    time in its name, has the same fingerprint in every run, but no rerun finds its file: a cause
+    at that step, naming the argument and the paths, with a hint (k27, the same with fixed paths,
+    is a control)."""
+    checked, report = reports[mode]
+    causes = causes_of(script, report, checked)
+    text = "\n".join(line for cause in causes for line in cause_lines(cause))
+    assert [(c.kind, c.step.operation) for c in causes] == [
+        ("file-name", op) for op, _, _ in NAMED[script]
+    ], text
+    for cause, (_, argument, name) in zip(causes, NAMED[script], strict=True):
+        assert len(set(cause.step.results)) == 1, text  # the fingerprint is the same
+        (diff,) = [d for d in cause.file_names if d.key == argument]
+        assert len(set(diff.values)) == len(diff.values) == len(report.runs), text
+        assert all(os.path.basename(v).startswith(name) for v in diff.values), text
+        assert f"  {argument}: {' vs '.join(diff.values)}" in cause_lines(cause), text
+    assert "hint: name the file by a fixed path" in text, text
+    assert report.exit_code == ExitCode.PROBLEMS_FOUND
 
 
 @pytest.mark.parametrize("mode", MODES)

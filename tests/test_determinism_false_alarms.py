@@ -99,6 +99,43 @@ def test_a_differing_internal_step_is_never_a_cause() -> None:
     assert analysis.causes == () and analysis.masked == () and analysis.hidden_random == ()
 
 
+def test_only_a_file_name_the_script_gives_anew_in_each_run_is_a_cause() -> None:
+    """A map whose `cache_file_name` differs between runs (same fingerprint) is a `file-name`
+    cause, its `num_proc` shards written there; the same name in every run, an internal step's
+    own files, a name `datasets` did not use (a contiguous `select` writes no indices), or a step
+    every run is told not to load (`load_from_cache_file=False`, its own note) are not."""
+
+    def named(
+        op: str, line: int, fp: str, parents: list[str], arg: str, path: str, **kw: Any
+    ) -> dict[str, Any]:
+        shards = [{"path": path.replace(".arrow", f"_0000{i}_of_00002.arrow")} for i in range(2)]
+        return ev(op, line, fp, parents, named_files={arg: path}, files=kw.pop("files", shards), **kw)
+
+    def run(folder: str) -> list[dict[str, Any]]:
+        return [
+            ev("load_from_disk", 1, "r", [], type="root"),
+            named("map", 2, "m", ["r"], "cache_file_name", f"{folder}/out.arrow"),
+            named("select", 2, "m", ["r"], "indices_cache_file_name", f"{folder}/i.arrow", internal=True),
+            named("map", 3, "n", ["m"], "cache_file_name", "/data/fixed.arrow"),
+            named("select", 4, "s", ["n"], "indices_cache_file_name", f"{folder}/s.arrow", files=[]),
+            named(
+                "map",
+                5,
+                "o",
+                ["s"],
+                "cache_file_name",
+                f"{folder}/o.arrow",
+                no_cache="load-from-cache-file-false",
+            ),
+        ]
+
+    analysis = analyze([run("/tmp/tmpa"), run("/tmp/tmpb")])
+    (cause,) = analysis.causes
+    assert (cause.kind, cause.step.line, cause.differing_args) == ("file-name", 2, ("cache_file_name",))
+    assert cause.file_names == (("cache_file_name", ("/tmp/tmpa/out.arrow", "/tmp/tmpb/out.arrow")),)
+    assert analysis.differing == 0 and analysis.deterministic_causes == (cause,)
+
+
 def test_a_step_seen_in_one_run_only_is_named() -> None:
     """A map the second run did not make is named as seen in some runs only, not compared with
     another step."""

@@ -225,6 +225,11 @@ class _Comparison:
         if fallback:
             self.hidden_random.append(random_cause(step, row))
             return step
+        named = () if step.internal else file_name_diffs(row)
+        if named:
+            return self._named_anew(
+                step, Cause(step, "file-name", tuple(d.key for d in named), file_names=named)
+            )
         change = self.changes.get(step.index)
         if change is not None and not step.internal and self._never_loaded(change.changed_at):
             # Every run computed the step that changes the object: whether a run that loads it agrees
@@ -272,6 +277,16 @@ class _Comparison:
                 # Once per call site and culprit (DatasetDict.map repeats it for every split).
                 self.masked_seen.add(key)
                 self.masked.append(Cause(step, "arguments", *own))
+        return step
+
+    def _named_anew(self, step: Step, cause: Cause) -> Step:
+        """A step with the same fingerprint in every run whose cache file each run names anew:
+        a cause of its own, unless it repeats one (the test indices of a `train_test_split`)."""
+        repeated = next((i for i, c in enumerate(self.causes) if same_story(c, cause)), None)
+        if repeated is not None:
+            return replace(step, status="cascade", cause=repeated)
+        step = replace(step, status="cause", cause=len(self.causes))
+        self.causes.append(replace(cause, step=step))
         return step
 
     def _made_by_user_call(self, step: Step) -> bool:
@@ -412,6 +427,30 @@ def state_cause(step: Step, row: Sequence[Event], change: StateChange, steps: Se
     by = steps[change.changed_at] if change.changed_at < len(steps) else None
     args = arg_diffs(row).differing_args
     return Cause(step, "cache-state", args, (change.culprit,), variation="cache state", changed_by=by)
+
+
+def file_name_diffs(row: Sequence[Event]) -> tuple[SourceDiff, ...]:
+    """The output files the script named differently in each run (a new temporary folder, the
+    time in the name), where the step wrote one of them: a rerun never finds the file the last run wrote.
+    None for a step whose last run was told not to load it anyway (`load_from_cache_file=False`)."""
+    if row[-1].no_cache == "load-from-cache-file-false":
+        return ()
+    names = sorted({name for e in row for name in e.named_files})
+    paths = ((name, tuple(e.named_files.get(name) or "-" for e in row)) for name in names)
+    diffs = tuple(SourceDiff(name, values) for name, values in paths if len(set(values)) > 1)
+    # train_test_split's train output wrote the train indices: both names are its call's.
+    used = any(_wrote_at(e, e.named_files.get(d.key)) for d in diffs for e in row)
+    return diffs if used else ()
+
+
+def _wrote_at(event: Event, path: str | None) -> bool:
+    """The step wrote or reused a file at `path`: that file, its `num_proc` shards
+    (`out_00000_of_00002.arrow`), or one in that folder (`cache_dir`). A name `datasets` did not
+    use (`select` of a contiguous range writes no indices) makes no difference."""
+    if not path:
+        return False
+    shards = path.removesuffix(".arrow") + "_"
+    return any(f.path == path or f.path.startswith((shards, path + "/")) for f in event.files)
 
 
 def random_cause(step: Step, row: Sequence[Event]) -> Cause:

@@ -420,7 +420,12 @@ def _with_variation(analysis: Analysis, first: RunOutcome, extra: RunOutcome) ->
         position = cause.step.positions[0]
         if cause.kind in ("random", "cache-state") or position not in twin_of:
             return cause
-        if extra.events[twin_of[position]].result != first.events[position].result:
+        twin, own = extra.events[twin_of[position]], first.events[position]
+        if cause.kind == "file-name":  # the same fingerprint: do the names differ again?
+            return dataclasses.replace(
+                cause, variation="every run" if twin.named_files != own.named_files else "PYTHONHASHSEED"
+            )
+        if twin.result != own.result:
             return dataclasses.replace(cause, variation="every run")
         # Nothing made at run time: no hint may say "different in each run".
         culprits = tuple(seeded(c) for c in cause.culprits)

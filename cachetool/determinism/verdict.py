@@ -66,8 +66,9 @@ StepStatus = Literal["same", "cause", "cascade", "source", "random"]
 #: ``arguments`` (a hashed argument differs), ``source`` (the input dataset differs), ``random``
 #: (datasets used a random fingerprint), ``given`` (the caller passed a ``new_fingerprint=`` that
 #: differs), ``cache-state`` (an argument holds an object an earlier step changed while it ran),
-#: ``unexplained`` (no recorded argument differs).
-CauseKind = Literal["arguments", "source", "random", "given", "cache-state", "unexplained"]
+#: ``unexplained`` (no recorded argument differs), ``file-name`` (the fingerprint is the same, but
+#: the script names the step's cache file anew in each run: no run finds the last one's file).
+CauseKind = Literal["arguments", "source", "random", "given", "cache-state", "unexplained", "file-name"]
 
 #: ``PYTHONHASHSEED`` (equal hash seeds give equal fingerprints), ``every run``, ``cache state``
 #: (computed or loaded from the cache upstream).
@@ -165,6 +166,9 @@ class Cause:
     #: Random causes: a fallback from Python's global `random` that gave every run the same
     #: fingerprint (`random.seed`): another version of the step would load this result.
     predictable: bool = False
+    #: File-name causes: each output file argument the script named differently in each run
+    #: (``cache_file_name``) and its path in each run.
+    file_names: tuple[SourceDiff, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         step, by = self.step, self.changed_by
@@ -178,6 +182,7 @@ class Cause:
             **json_fields(self, "culprits", "unpicklable", "errors"),
             "source_differences": {d.key: list(d.values) for d in self.source_diffs},
             **json_fields(self, "cascade", "variation", "predictable"),
+            "file_names": {d.key: list(d.values) for d in self.file_names},
             "changed_by": None
             if by is None
             else {
@@ -562,11 +567,34 @@ def _given_lines(cause: Cause) -> list[str]:
     ]
 
 
+def _file_name_lines(cause: Cause) -> list[str]:
+    names = [d.key for d in cause.file_names]
+    what = "folder" if names == ["cache_dir"] else "file"  # load_dataset(cache_dir=)
+    lines = [
+        f"  the same fingerprint in every run, but the script names its cache {what} anew in each run: "
+        f"a rerun looks for another {what}, never finds the one the last run wrote, and computes the "
+        "step again"
+    ]
+    lines += [f"  {d.key}: {' vs '.join(dict.fromkeys(d.values))}" for d in cause.file_names]
+    leave = (
+        "leave cache_dir out (datasets' own cache)"
+        if what == "folder"
+        else f"leave {' and '.join(names)} to datasets (it names the file by the fingerprint)"
+    )
+    lines.append(
+        f"  hint: name the {what} by a fixed path (not in a new temporary folder, nor with a time or a "
+        f"uuid in its name), or {leave}; a step made from this one writes its files beside it, so it "
+        "is computed again too."
+    )
+    return lines
+
+
 _BY_KIND: dict[str, Callable[[Cause], list[str]]] = {
     "source": _source_lines,
     "random": _random_lines,
     "cache-state": _state_lines,
     "given": _given_lines,
+    "file-name": _file_name_lines,
     "unexplained": lambda _: [
         "  no recorded argument differs; the difference is in what datasets hashed internally"
     ],
@@ -662,6 +690,9 @@ def human_lines(report: DeterminismReport) -> list[str]:
     summary = f"{compared} fingerprint(s) compared, {differing} differ"
     if analysis.deterministic_causes:
         summary += f"; {len(analysis.deterministic_causes)} cause(s)"
+        named = sum(1 for c in analysis.deterministic_causes if c.kind == "file-name")
+        if named:
+            summary += f" ({named} a cache file named anew in each run)"
     if analysis.random_causes:
         summary += f"; {len(analysis.random_causes)} random fingerprint(s)"
     downstream = sum(c.cascade for c in analysis.causes)
@@ -672,6 +703,9 @@ def human_lines(report: DeterminismReport) -> list[str]:
         own = ",".join(str(r.hash_seed) for r in report.runs if r.cache_of is None)
         lines.append(f"reproduce: cachetool check-determinism {report.script} --hash-seeds {own}")
     return lines
+
+
+_TITLES = {"random": "random fingerprint", "file-name": "cache file named anew in each run"}
 
 
 def github_lines(report: DeterminismReport) -> list[str]:
@@ -693,7 +727,7 @@ def github_lines(report: DeterminismReport) -> list[str]:
     if report.nothing_compared is not None:
         return [annotation("error", f"check-determinism: {report.nothing_compared}", file=report.script)]
     for cause in (*analysis.deterministic_causes, *analysis.random_causes):
-        title = "random fingerprint" if cause.kind == "random" else "fingerprint not deterministic"
+        title = _TITLES.get(cause.kind, "fingerprint not deterministic")
         text = _what(cause) + ": " + ("\n".join(cause_lines(cause)[1:]) or _what(cause)).strip()
         file = os.path.relpath(cause.step.file) if cause.step.file else None
         out.append(annotation("error", text, file=file, line=cause.step.line, title=title))

@@ -73,6 +73,8 @@ class Frame:
     started: bool = False  # a step-start record was written for this call
     resumed: Any = None  # the `Resumed` part of a map that reused its killed attempt's rows
     rekeyed: Any = None  # the `Rekeyed` part of a map given an equivalent earlier result
+    #: The output files the script named (`FILE_NAME_ARGS`, absolute), as it gave them.
+    named: dict[str, str] = field(default_factory=dict)
     cpu0: float | None = None  # a call the user made: CPU seconds used before it
     children: list[StepRecord] = field(default_factory=list)
     pending: list[LedgerRecord] = field(default_factory=list)
@@ -242,6 +244,15 @@ def cpu_seconds() -> float:
     workers are reaped before the map returns, so the difference over a call counts them."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return time.process_time() + children.ru_utime + children.ru_stime  # microseconds, not ticks
+
+
+def named_files(kwargs: dict[str, Any]) -> dict[str, str]:
+    """The output files a call's keyword arguments name (`FILE_NAME_ARGS`), absolute."""
+    return {
+        name: abs_path(os.fspath(path))
+        for name in FILE_NAME_ARGS
+        if isinstance(path := kwargs.get(name), (str, os.PathLike))
+    }
 
 
 def abs_path(path: str) -> str:

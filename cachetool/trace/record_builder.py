@@ -142,6 +142,7 @@ class RecordBuilder:
             no_cache=no_cache,
             resumed=frame.resumed,
             rekeyed=frame.rekeyed,
+            named_files={} if frame.internal else frame.named,
         )
 
     def _error(self, frame: Frame, exc: BaseException, h: HashEvent | None) -> TransformRecord:
@@ -282,6 +283,8 @@ class RecordBuilder:
         # returns (the builder's folder is named after it): the steps made from it name it.
         config_id = str(getattr(builder, "config_id", None) or "")
         given = config_id.removeprefix(_GIVEN_CONFIG_ID) if config_id.startswith(_GIVEN_CONFIG_ID) else None
+        # `cache_dir=` the script gave (a new temporary folder in each run prepares it anew).
+        named = {"cache_dir": cache_root} if cache_root != self.roots.default else {}
         records: list[StepRecord] = []
         for output, ds in items:
             fields = _dataset_fields(ds, status, prepared)
@@ -295,6 +298,7 @@ class RecordBuilder:
                     output=None if output is None else str(output),
                     function=function,
                     args=args,
+                    named_files=named,
                     source=SourceInfo(
                         kind="builder",
                         builder=_str_or_none(getattr(builder, "name", None)),

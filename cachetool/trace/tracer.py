@@ -30,6 +30,7 @@ from cachetool.trace.calls import (
     Frame,
     HashEvent,
     abs_path,
+    named_files,
     wrap_hash,
     wrap_random,
 )
@@ -426,10 +427,13 @@ class Tracer:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if not self.enabled:
                 return original(*args, **kwargs)
+            named = named_files(kwargs) if kwargs else None  # as the script named them (see cold_args)
             if self.recompute and args:
                 args, kwargs = cold_args(original, args, kwargs, self._fresh_path)
             try:
                 frame = self.calls.enter(op, kind, original, args, kwargs, sys._getframe(1))
+                if named:
+                    frame.named = named
             except Exception as e:
                 self._hook_failed(op, e)
                 return original(*args, **kwargs)

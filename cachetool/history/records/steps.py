@@ -40,7 +40,7 @@ def _cache(v: Any, where: str) -> str:
 class StepRecord(LedgerRecord):
     """A call that made (or named) a dataset state: a transform, a root, a save, a checkpoint."""
 
-    OMIT: ClassVar[tuple[str, ...]] = ("no_cache", "columns", "resumed", "rekeyed", "compute")
+    OMIT: ClassVar[tuple[str, ...]] = ("no_cache", "columns", "resumed", "rekeyed", "compute", "named_files")
     EXTRA_LAST: ClassVar[bool] = True
 
     operation: str | None = None
@@ -71,6 +71,9 @@ class StepRecord(LedgerRecord):
     #: A step that computed (miss, partial): its compute time, workers included (None: a hit,
     #: or a record written before the tracer measured it).
     compute: Compute | None = None
+    #: A call the user made: the output files the script named (`cache_file_name`,
+    #: `indices_cache_file_name`, ... -> absolute path), as it gave them; a source's `cache_dir`.
+    named_files: Mapping[str, str] = field(default_factory=dict)
 
     # -- what readers ask ----------------------------------------------------------------------
     @property
