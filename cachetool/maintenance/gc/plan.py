@@ -884,12 +884,19 @@ class Planner(Rules):
         entries = self.report.entries
         meta_by_dir = {d.path: d.meta_files for d in self.report.datasets}
         out: list[_Unit] = []
-        for key in sorted({e.unit or e.path for e in entries if e.kind == Kind.SAVED}):
-            if key == self.root:
-                continue  # a saved folder given as the root: never remove the root
-            members = [e for e in entries if e.path == key or key in e.path.parents]
-            members.sort(key=lambda e: (e.kind != Kind.SAVED, os.fsdecode(e.path)))
-            metas = [f for d, fs in meta_by_dir.items() if d == key or key in d.parents for f in fs]
+        # A saved folder given as the root is never a unit: gc never removes the root.
+        keys = {e.unit or e.path for e in entries if e.kind == Kind.SAVED} - {self.root}
+        within: dict[Path, list[Entry]] = {k: [] for k in keys}  # each entry in every folder it is in
+        for e in entries:
+            for k in keys.intersection((e.path, *e.path.parents)):
+                within[k].append(e)
+        metas_within: dict[Path, list[CacheFile]] = {k: [] for k in keys}
+        for d, fs in meta_by_dir.items():
+            for k in keys.intersection((d, *d.parents)):
+                metas_within[k].extend(fs)
+        for key in sorted(keys):
+            members = sorted(within[key], key=lambda e: (e.kind != Kind.SAVED, os.fsdecode(e.path)))
+            metas = metas_within[key]
             out.append(
                 _unit(key, Kind.SAVED, members, [f for e in members for f in e.files] + metas, folder=True)
             )
