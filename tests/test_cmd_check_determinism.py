@@ -1115,3 +1115,5 @@ def test_entries_check_determinism_wrote_in_the_users_cache_say_what_made_them(t
     made = "no recorded run made it (a run without `cachetool run`, or `cachetool check-determinism`)"
     assert f"{derived[0]}: {made}" in said.stdout, said.stdout
     assert f"`cachetool gc {derived[0]} --min-age 0 --cache-dir {root}`" in said.stderr, said.stderr
+    told = forks.run([*cli, "explain", derived[0]], env=env, capture_output=True, text=True)
+    assert told.returncode == 2 and made in told.stderr, told.stderr

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from cachetool.cache.scan import scan_cache
 from cachetool.cli.app import app
-from cachetool.cli.lineage import NOT_RECORDED
+from cachetool.history.graph import NOT_RECORDED
 from tests.conftest import cachetool_run, hf_env, invoke, shared_session_dir
 
 pytestmark = pytest.mark.slow

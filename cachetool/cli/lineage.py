@@ -15,11 +15,6 @@ if TYPE_CHECKING:
     from cachetool.history.graph import Step
     from cachetool.history.lineage_view import LineageView
 
-#: A fingerprint no record explains. `cachetool run` of the pipeline would record it (a step
-#: loaded from the cache is recorded too), unless no plain run makes it: one check-determinism
-#: wrote under its own PYTHONHASHSEED.
-NOT_RECORDED = "no recorded run made it (a run without `cachetool run`, or `cachetool check-determinism`)"
-
 
 @command(
     fingerprint=arg("A fingerprint or a unique prefix of one.", default=REQUIRED),
@@ -149,6 +144,8 @@ def _unended(view: LineageView) -> str | None:
 def step_line(step: Step, stale: str | None = None, unended: str | None = None) -> str:
     """`map  upper @ pipeline.py:21  batched=True  ->  5f0c…  1.5 kB  (1 miss, 2 hits)`, with
     `[stale: …]` when the entry is stale."""
+    from cachetool.history.graph import NOT_RECORDED
+
     if not step.recorded:
         return f"{step.fingerprint}  {unended or NOT_RECORDED}"
     tail = f"{step.fingerprint}  {step.file_str}"
@@ -162,6 +159,8 @@ def step_line(step: Step, stale: str | None = None, unended: str | None = None) 
 
 
 def render(out: Output, view: LineageView) -> None:
+    from cachetool.history.graph import NOT_RECORDED
+
     title = {"chain": "Lineage of", "descendants": "Descendants of", "all": "Lineage forest of"}[view.mode]
     out.line(f"{title} {view.fingerprint}", style="bold")
     for number, (depth, s) in enumerate(view.steps, 1):

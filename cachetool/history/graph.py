@@ -25,6 +25,12 @@ if TYPE_CHECKING:
     from cachetool.history.ledger import Ledger
 
 
+#: A fingerprint no record explains. `cachetool run` of the pipeline would record it (a step
+#: loaded from the cache is recorded too), unless no plain run makes it: one check-determinism
+#: wrote under its own PYTHONHASHSEED.
+NOT_RECORDED = "no recorded run made it (a run without `cachetool run`, or `cachetool check-determinism`)"
+
+
 @dataclass(frozen=True)
 class FileNow:
     """A file a step wrote or reused, as it is on disk now."""

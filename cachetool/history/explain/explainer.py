@@ -33,7 +33,7 @@ from cachetool.history.explain.stale import (
     stale_input,
     with_removals,
 )
-from cachetool.history.graph import StepGraph
+from cachetool.history.graph import NOT_RECORDED, StepGraph
 from cachetool.history.ledger import Ledger
 from cachetool.history.records.other import RunEndRecord, RunStartRecord
 from cachetool.history.records.steps import StepRecord, StepStartRecord
@@ -218,7 +218,7 @@ def explain_fingerprint(
     ]
     if not recs:
         _raise_unended(root, view, fp)
-        raise _no_records(root, f"step that made {fp}", view)
+        raise _no_records(root, f"step that made {fp}", view, f"{NOT_RECORDED}; ")
     computed = [r for r in recs if r.computed or r.random_fallback is not None]
     target = computed[-1] if computed else recs[-1]
     step = explain_record(view, target, history=history)
@@ -251,10 +251,11 @@ def explain_fingerprint(
     )
 
 
-def _no_records(root: str | os.PathLike[str], what: str, view: StepGraph) -> CachetoolError:
-    """The ledger has nothing to explain: no pipeline ran under `cachetool run`, or what the
-    ledger holds this user may not read (the first warning reading it says which file)."""
-    traced = "run the pipeline with `cachetool run script.py`, or `cachetool.tracing()` in Python"
+def _no_records(root: str | os.PathLike[str], what: str, view: StepGraph, first: str = "") -> CachetoolError:
+    """The ledger has nothing to explain: no pipeline ran under `cachetool run` (`first` says
+    more of it), or what the ledger holds this user may not read (the first warning reading it
+    says which file)."""
+    traced = first + "run the pipeline with `cachetool run script.py`, or `cachetool.tracing()` in Python"
     why = view.ledger.warnings[0] if view.ledger.warnings else traced
     return CachetoolError(f"no recorded {what} in {Path(root)}: {why}")
 
